@@ -1,0 +1,1 @@
+"""Pure planner (no torch): cost model, tree DP, hierarchy DP, LP, simulator."""

@@ -1,0 +1,120 @@
+"""The numbers the hierarchy DP reads, gathered from a profile once (planner-math.md section 4).
+
+For every model: its latency table T(n). For every retrieval drafter: ms per call. For every
+(drafter, verifier) pair the search may use: E(gamma) for each gamma (histogram or alpha,
+arXiv 2211.17192) and, when trees are allowed, the hardware-aware Sequoia tree (arXiv
+2402.12374). Missing data skips the candidates that need it, with a message naming it.
+
+Models are ordered by T(1) (then the target after a drafter of equal cost, then id): model j
+may draft for model i only if j comes before i. Models after the target are never used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from specplan.profile import AcceptanceEntry, Profile
+
+from .latency import LatencyTable, latency_table
+from .options import PlanOptions
+from .sequence import expected_accepted
+from .tree_dp import TreeChoice, choose_tree
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Everything the DP needs, keyed by ids. ``models``: ordered by T(1), ``target`` last."""
+
+    target: str
+    models: tuple[str, ...]
+    retrieval: tuple[str, ...]
+    latency: dict[str, LatencyTable]
+    call_ms: dict[str, float]  # retrieval drafter -> ms per draft call
+    accepted: dict[tuple[str, str], dict[int, float]]  # (drafter, verifier) -> gamma -> E
+    trees: dict[tuple[str, str], TreeChoice]  # (drafter, verifier) -> best tree
+    messages: tuple[str, ...] = field(default=())
+
+    def draft_call(self, drafter: str, width: int) -> float:
+        """One draft forward of ``width`` nodes: T_j(width) or the retrieval call."""
+        if drafter in self.call_ms:
+            return self.call_ms[drafter]
+        return self.latency[drafter](width)
+
+
+def _ordered_models(profile: Profile, options: PlanOptions, messages: list[str]) -> tuple[str, dict[str, LatencyTable]]:
+    target = profile.target
+    target_curve = target.latency[0] if target.latency else None
+    context = options.context if options.context is not None else getattr(target_curve, "context", None)
+    tables: dict[str, LatencyTable] = {}
+    for model in profile.models:
+        table = latency_table(model, context, options.table_size)
+        if table is None:
+            messages.append(f"model {model.id!r} has no latency curve: skipped (re-profile it to use it)")
+            continue
+        tables[model.id] = table
+    return target.id, tables
+
+
+def _acceptance(profile: Profile, drafter: str, verifier: str, options: PlanOptions,
+                messages: list[str]) -> AcceptanceEntry | None:
+    entry = profile.acceptance_for(drafter, verifier, options.temperature)
+    if entry is None:
+        messages.append(f"no acceptance entry for {drafter} -> {verifier}: that stage is skipped")
+    elif abs(entry.temperature - options.temperature) > 1e-9:
+        messages.append(
+            f"{drafter} -> {verifier}: using acceptance measured at temperature {entry.temperature} "
+            f"for temperature {options.temperature}"
+        )
+    return entry
+
+
+def _tree(model: CostModel, entry: AcceptanceEntry, options: PlanOptions, messages: list[str]) -> TreeChoice | None:
+    drafter, verifier = entry.drafter, entry.verifier
+    accept = entry.rank_accept
+    if drafter in model.call_ms and entry.retrieval_rank_accept:
+        accept = entry.retrieval_rank_accept
+    if not accept:
+        messages.append(f"{drafter} -> {verifier} has no rank_accept: its tree stage is skipped")
+        return None
+    return choose_tree(
+        accept,
+        lambda width: model.draft_call(drafter, width),
+        model.latency[verifier],
+        options.max_budget,
+        options.max_depth,
+    )
+
+
+def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
+    """Gather latency tables, E(gamma) and trees for every pair the search may use.
+
+    With ``max_stages <= 1`` only pairs verified by the target are looked at (and only their
+    missing data is reported). Raises nothing for missing data; see ``messages``.
+    """
+    messages: list[str] = []
+    target, tables = _ordered_models(profile, options, messages)
+    if target not in tables:
+        return CostModel(target, (), (), tables, {}, {}, {}, tuple(messages))
+    order = sorted(tables, key=lambda m: (tables[m](1), m == target, m))
+    models = tuple(order[: order.index(target) + 1])
+    for slower in order[len(models):]:
+        messages.append(f"model {slower!r} is not faster than the target at T(1): not used as a drafter")
+    retrieval = tuple(entry.id for entry in profile.retrieval)
+    call_ms = {entry.id: float(entry.ms_per_call) for entry in profile.retrieval}
+    model = CostModel(target, models, retrieval, tables, call_ms, {}, {}, ())
+    verifiers = models if options.max_stages >= 2 else (target,)
+    for index, verifier in enumerate(models):
+        if verifier not in verifiers or options.max_stages < 1:
+            continue
+        for drafter in models[:index] + retrieval:
+            entry = _acceptance(profile, drafter, verifier, options, messages)
+            if entry is None:
+                continue
+            if "sequence" in options.shapes:
+                model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in options.gammas}
+            if "tree" in options.shapes:
+                tree = _tree(model, entry, options, messages)
+                if tree is not None and math.isfinite(tree.ms_per_token):
+                    model.trees[drafter, verifier] = tree
+    return CostModel(target, models, retrieval, tables, call_ms, model.accepted, model.trees, tuple(messages))

@@ -1,0 +1,119 @@
+"""T_m(n): the profiled forward time of model m over n new tokens, interpolated.
+
+A :class:`~specplan.profile.LatencyCurve` holds ms at a few widths n (1, 2, 4, ..., 64)
+over a warm KV cache of ``context`` tokens (planner-math.md, Vocabulary). Between profiled
+widths T is piecewise linear. Beyond the largest profiled width it is extrapolated linearly
+from the last two points, and the result says so (``extrapolated``); more than twice the
+largest profiled width is refused (``inf``), so the solver never chooses a shape whose cost
+was not measured nearly.
+
+References
+----------
+Sequoia, arXiv 2402.12374 (hardware-aware tree size from measured T(n)).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from specplan.profile import LatencyCurve, ModelEntry
+
+REFUSE_FACTOR = 2  # n > REFUSE_FACTOR * largest profiled n  ->  inf
+
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    """One interpolated time: ``ms`` (inf when refused) and whether it was extrapolated."""
+
+    ms: float
+    extrapolated: bool = False
+
+
+def interpolate(curve: LatencyCurve, n: int) -> LatencyPoint:
+    """T(n) from a latency curve.
+
+    Parameters
+    ----------
+    curve : LatencyCurve
+        Profiled ``n`` (strictly increasing) and ``ms`` of equal length.
+    n : int
+        Number of new tokens in the forward, >= 1.
+
+    Returns
+    -------
+    LatencyPoint
+        Piecewise-linear ms between profiled widths; below the smallest profiled width the
+        first ms (flagged extrapolated); above the largest, the line through the last two
+        points, never decreasing (flagged); above ``2 * max(curve.n)``, ``inf`` (flagged).
+
+    Examples
+    --------
+    >>> curve = LatencyCurve(context=256, n=(1, 2, 4), ms=(10.0, 11.0, 13.0))
+    >>> interpolate(curve, 3)
+    LatencyPoint(ms=12.0, extrapolated=False)
+    >>> interpolate(curve, 6)
+    LatencyPoint(ms=15.0, extrapolated=True)
+    >>> interpolate(curve, 9).ms
+    inf
+    """
+    if n < 1:
+        raise ValueError(f"a forward needs n >= 1 new tokens, got {n}")
+    widths, times = curve.n, curve.ms
+    if n > REFUSE_FACTOR * widths[-1]:
+        return LatencyPoint(math.inf, True)
+    index = bisect.bisect_left(widths, n)
+    if index < len(widths) and widths[index] == n:
+        return LatencyPoint(float(times[index]))
+    if index == 0:
+        return LatencyPoint(float(times[0]), True)
+    if index == len(widths):
+        if len(widths) == 1:
+            return LatencyPoint(float(times[-1]), True)
+        slope = max(0.0, (times[-1] - times[-2]) / (widths[-1] - widths[-2]))
+        return LatencyPoint(float(times[-1] + slope * (n - widths[-1])), True)
+    low, high = widths[index - 1], widths[index]
+    share = (n - low) / (high - low)
+    return LatencyPoint(float(times[index - 1] + share * (times[index] - times[index - 1])))
+
+
+def nearest_curve(model: ModelEntry, context: int | None) -> LatencyCurve | None:
+    """The model's curve whose ``context`` is nearest ``context`` (the first curve if None).
+
+    Returns None when the model has no latency curve (the solver then skips it).
+    """
+    if not model.latency:
+        return None
+    if context is None:
+        return model.latency[0]
+    return min(model.latency, key=lambda curve: (abs(curve.context - context), curve.context))
+
+
+@dataclass(frozen=True)
+class LatencyTable:
+    """T(n) for n = 0..len(ms)-1 of one model at one context, precomputed for the solvers.
+
+    ``ms[0]`` is unused (nan). ``extrapolated_from``: the smallest n above the profiled
+    range (n >= it is extrapolated or, beyond twice the range, inf).
+    """
+
+    model: str
+    context: int
+    ms: tuple[float, ...]  # [max_n + 1]
+    extrapolated_from: int
+
+    def __call__(self, n: int) -> float:
+        return self.ms[n] if n < len(self.ms) else math.inf
+
+    def is_extrapolated(self, n: int) -> bool:
+        return n >= self.extrapolated_from
+
+
+def latency_table(model: ModelEntry, context: int | None, max_n: int) -> LatencyTable | None:
+    """Precompute T(1..max_n) for a model from its nearest curve; None without a curve."""
+    curve = nearest_curve(model, context)
+    if curve is None:
+        return None
+    ms = (math.nan,) + tuple(interpolate(curve, n).ms for n in range(1, max_n + 1))
+    return LatencyTable(model.id, curve.context, ms, curve.n[-1] + 1)

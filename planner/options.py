@@ -1,0 +1,51 @@
+"""PlanOptions: the limits of the search (what the CLI's flags set)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specplan.plan import SHAPE_KINDS
+
+from .validate import PlannerInputError
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the planner may choose.
+
+    ``max_budget``: most tree nodes (root included = verifier forward width); ``max_depth``:
+    deepest tree; ``gammas``: sequence lengths to try; ``shapes``: stage kinds allowed
+    (``("sequence",)`` with ``max_stages=1`` restricts the search to what the runtime runs
+    today: plain decoding or one drafter -> target sequence stage); ``max_stages``: longest
+    chain; ``temperature``: which acceptance entries to use; ``context``: which latency curve
+    (nearest context; None = the target's first curve); ``simulation_rounds``: Monte-Carlo
+    rounds used to check the chosen plan (0 = skip); ``seed``: its random seed.
+    """
+
+    max_budget: int = 64
+    max_depth: int = 8
+    gammas: tuple[int, ...] = tuple(range(1, 9))
+    shapes: tuple[str, ...] = ("sequence", "tree")
+    max_stages: int = 3
+    temperature: float = 0.0
+    context: int | None = None
+    simulation_rounds: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_budget < 1 or self.max_depth < 1:
+            raise PlannerInputError(f"max_budget ({self.max_budget}) and max_depth ({self.max_depth}) must be >= 1")
+        if not self.gammas or min(self.gammas) < 1:
+            raise PlannerInputError(f"gammas must be a non-empty list of integers >= 1, got {self.gammas}")
+        unknown = [shape for shape in self.shapes if shape not in SHAPE_KINDS]
+        if unknown or not self.shapes:
+            raise PlannerInputError(f"shapes {self.shapes} must be a non-empty subset of {SHAPE_KINDS}")
+        if self.max_stages < 0:
+            raise PlannerInputError(f"max_stages must be >= 0 (0 = plain decoding only), got {self.max_stages}")
+        if self.temperature != self.temperature or self.temperature < 0:
+            raise PlannerInputError(f"temperature must be >= 0, got {self.temperature}")
+
+    @property
+    def table_size(self) -> int:
+        """Largest n for which T(n) is precomputed (tree budgets, gamma + 1, overshoot)."""
+        return max(self.max_budget, 2 * max(self.gammas) + 2)

@@ -1,0 +1,1 @@
+"""Executor: models, drafters, tree verification, the speculative engine, the profiler (torch)."""

@@ -1,0 +1,1 @@
+"""Drafters: propose tokens for a verifier (retrieval tables, layer-skip, separate models)."""

@@ -1,0 +1,46 @@
+"""A neural drafter: a separate small model (``model:MODEL``) or the target's own first
+layers (``layerskip:K``), drafting a chain autoregressively over its own KV cache.
+
+Greedy decoding drafts the argmax (a point-mass proposal); sampling draws each token from
+the drafter's tempered distribution and returns it as ``draft_probs`` so that the
+verifier's rejection sampling stays lossless (Leviathan et al., arXiv 2211.17192).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specplan.runtime.drafters.base import Proposal, SamplingConfig
+from specplan.runtime.sampling import target_probabilities
+from specplan.runtime.session import ModelSession
+
+
+class ModelDrafter:
+    def __init__(self, name: str, model: torch.nn.Module, device: torch.device):
+        self.name = name
+        self.session = ModelSession(model, device)
+
+    def reset(self) -> None:
+        self.session.reset()
+
+    def _choose(self, logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> tuple[int, torch.Tensor | None]:
+        """Next draft token from logits [vocab]; with its distribution [vocab] when sampled."""
+        if sampling.greedy:
+            return int(torch.argmax(logits)), None
+        probs = target_probabilities(logits[None, :], sampling.temperature, sampling.top_p)[0]  # [vocab]
+        token = int(torch.multinomial(probs.cpu(), 1, generator=generator))
+        return token, probs.cpu()
+
+    def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
+        uncached = self.session.rewind_to(committed)
+        logits = self.session.extend(uncached)[-1]  # [vocab]
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for index in range(gamma):
+            token, probs = self._choose(logits, sampling, generator)
+            tokens.append(token)
+            if probs is not None:
+                rows.append(probs)
+            if index + 1 < gamma:
+                logits = self.session.extend([token])[-1]
+        return Proposal(tuple(tokens), torch.stack(rows) if rows else None)

@@ -1,0 +1,1 @@
+"""The profiler: latency curves T_m(n) and drafter acceptance, measured on this device."""

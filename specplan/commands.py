@@ -1,0 +1,165 @@
+"""What each CLI command does; argument parsing lives in :mod:`specplan.cli`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from specplan.drafter_spec import parse_drafter_spec
+from specplan.errors import PlanError, ProfileError, SpecplanError
+from specplan.plan import Plan, load_plan, save_plan
+from specplan.profile import Profile, load_profile, save_profile
+from specplan.prompts import Prompt, read_prompts, spec_bench_split, stratified
+from specplan.yamlio import file_sha256
+
+DEFAULT_DRAFTERS = ("ngram:2", "ngram:3", "ngram:5", "layerskip:20", "layerskip:26")
+DEMO_PROMPT = "Explain in a few sentences why the sky is blue, then repeat the key reason in one line."
+# Shapes the runtime executes in this version; the planner searches only these.
+RUNTIME_SHAPES = ("sequence",)
+RUNTIME_MAX_STAGES = 1
+
+
+def _resolve_dtype(dtype: str) -> str:
+    return "bfloat16" if dtype == "auto" else dtype
+
+
+def command_profile(args) -> int:
+    specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
+    for quant in args.quant or ["none"]:
+        if quant != "none":
+            raise SpecplanError(f"--quant {quant} is not available in this version yet; profile with --quant none")
+    if args.limit is not None and args.limit < 1:
+        raise SpecplanError("--limit must be at least 1")
+    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("calibration")
+    prompts = stratified(prompts, args.limit or (13 if args.quick else 40))
+    import torch  # noqa: F401 - heavy imports only once the arguments are known to be good
+
+    from specplan.runtime.models import load_model, quiet_transformers
+    from specplan.runtime.profiler.run import ProfileSettings, run_profile
+    from specplan.runtime.timing import pick_device
+
+    quiet_transformers()
+    device = pick_device(args.device)
+    target = load_model(args.target, _resolve_dtype(args.dtype), str(device))
+    settings = ProfileSettings.quick() if args.quick else ProfileSettings()
+    if args.prompts:
+        settings = ProfileSettings(**{**settings.__dict__, "prompts_label": str(args.prompts)})
+    profile = run_profile(target, specs, prompts, device, settings)
+    save_profile(profile, args.output)
+    print(f"specplan: wrote {args.output}")
+    if not args.no_plan:
+        plan_path = Path(args.output).with_name("plan.yaml")
+        _solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
+    return 0
+
+
+def _solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
+                     temperature: float, explain: bool) -> Plan:
+    from specplan.planner import PlanOptions, explain as explain_result, solve_plan
+
+    if max_budget < 1 or max_depth < 1:
+        raise PlanError("--max-budget and --max-depth must be at least 1")
+    options = PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
+                          shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature)
+    relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
+    result = solve_plan(profile, options, profile_path=relative, profile_sha256=file_sha256(profile_path))
+    save_plan(result.plan, plan_path)
+    predicted = result.plan.predicted
+    print(f"specplan: wrote {plan_path}: {result.plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
+          f"{predicted.speedup:.2f}x over plain decoding")
+    if explain:
+        print(explain_result(result))
+    return result.plan
+
+
+def command_plan(args) -> int:
+    profile = load_profile(args.profile)
+    output = Path(args.output) if args.output else Path(args.profile).with_name("plan.yaml")
+    _solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
+                     temperature=args.temperature, explain=args.explain)
+    return 0
+
+
+def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
+    """The plan, the profile it was solved from, and that profile's path."""
+    plan = load_plan(plan_path)
+    profile_path = Path(plan.profile_path)
+    if not profile_path.is_absolute():
+        profile_path = Path(plan_path).resolve().parent / profile_path
+    if not profile_path.is_file():
+        raise PlanError(f"plan refers to profile {profile_path}, which does not exist; re-run `specplan profile`")
+    profile = load_profile(profile_path)
+    return plan, profile, profile_path
+
+
+def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info, target_fingerprint: str, force: bool) -> None:
+    """Refuse (ProfileError) a plan whose profile, device or target weights changed, unless ``force``."""
+    if force:
+        return
+    if plan.profile_sha256 and file_sha256(profile_path) != plan.profile_sha256:
+        raise ProfileError(f"{profile_path} changed since the plan was solved; re-run `specplan plan {profile_path}` (or --force)")
+    if profile.device.sku != device_info.sku or profile.device.kind != device_info.kind:
+        raise ProfileError(
+            f"the profile was measured on {profile.device.kind}/{profile.device.sku}, this is "
+            f"{device_info.kind}/{device_info.sku}; re-profile here with `specplan profile` (or --force)"
+        )
+    if profile.target.fingerprint and profile.target.fingerprint != target_fingerprint:
+        raise ProfileError("the target's weights differ from the profiled ones; re-profile with `specplan profile` (or --force)")
+
+
+def _run_prompts(args) -> list[Prompt]:
+    if args.prompts:
+        return read_prompts(args.prompts)
+    text = DEMO_PROMPT if args.prompt is None else args.prompt
+    if not text.strip():
+        raise SpecplanError("the prompt is empty; pass --prompt TEXT with some text or --prompts FILE")
+    return [Prompt("prompt", "prompt", text)]
+
+
+def command_run(args) -> int:
+    if args.max_new_tokens < 1:
+        raise SpecplanError("--max-new-tokens must be at least 1")
+    if args.temperature is not None and args.temperature < 0:
+        raise SpecplanError("--temperature must be >= 0")
+    if not 0.0 < args.top_p <= 1.0:
+        raise SpecplanError("--top-p must be in (0, 1]")
+    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    prompts = _run_prompts(args)
+    from specplan.runtime.runner import PlanRunner
+
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force)
+    temperature = plan.temperature if args.temperature is None else args.temperature
+    for prompt in prompts:
+        record = runner.run_prompt(prompt, args.max_new_tokens, temperature, args.top_p, args.seed,
+                                   stream=args.stream and not args.json, compare_plain=args.compare_plain)
+        record["plan"] = str(args.plan)
+        if args.json:
+            print(json.dumps(record, ensure_ascii=False), flush=True)
+        else:
+            if not args.stream:
+                print(record["text"])
+            print(runner.summary_line(record), flush=True)
+    return 0
+
+
+def command_bench(args) -> int:
+    if args.limit < 1 or args.max_new_tokens < 1:
+        raise SpecplanError("--limit and --max-new-tokens must be at least 1")
+    unknown = [b for b in args.baselines.split(",") if b and b != "plain"]
+    if unknown:
+        raise SpecplanError(f"unknown baseline(s) {', '.join(unknown)}; this version measures: plain")
+    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
+    prompts = stratified(prompts, args.limit)
+    from specplan.runtime.bench import run_bench
+    from specplan.runtime.runner import PlanRunner
+
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force)
+    report = run_bench(runner, prompts, args.max_new_tokens)
+    print(report.markdown())
+    if args.report:
+        report.write(Path(args.report))
+        print(f"specplan: wrote {args.report}/report.md and report.json", file=sys.stderr)
+    return 0

@@ -1,0 +1,213 @@
+"""profile.yaml: what was measured on a device (formats.md).
+
+Latency curves T_m(n) per model and precision, retrieval drafter costs, and acceptance
+statistics per (drafter, verifier, temperature). Plain frozen dataclasses; YAML only
+serialises them. No torch here: the planner reads these types.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specplan.errors import ProfileError
+from specplan.yamlio import SCHEMA_VERSION, read_document, write_document
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: str  # cpu | cuda
+    name: str  # human readable, e.g. "AMD EPYC (2 threads)"
+    sku: str  # cpu | h100-sxm | ...
+    source: str = "measured"  # measured | roofline
+
+
+@dataclass(frozen=True)
+class LatencyCurve:
+    """ms for one forward of n new tokens over ``context`` cached tokens."""
+
+    context: int
+    n: tuple[int, ...]
+    ms: tuple[float, ...]
+    source: str = "measured"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    id: str  # the name plans use
+    source: str  # what --target / model: / layerskip: said
+    fingerprint: str
+    quant: str = "none"  # none | nf4 | gptq-w4g128
+    dtype: str = "float32"
+    role: str = "drafter"  # target | drafter
+    latency: tuple[LatencyCurve, ...] = ()
+    base: str | None = None  # id of the model whose weights this one shares
+    mode: str = "eager"  # eager | compiled: what the runtime measured
+
+
+@dataclass(frozen=True)
+class RetrievalEntry:
+    id: str  # e.g. ngram-3
+    source: str  # e.g. ngram:3
+    ms_per_call: float
+
+
+@dataclass(frozen=True)
+class AcceptanceEntry:
+    """Acceptance of ``drafter``'s tokens by ``verifier`` at ``temperature``.
+
+    ``alpha``: per-token acceptance in chain drafting; ``accepted_hist[a]``: how many
+    gamma-chains had exactly ``a`` draft tokens accepted (bonus not counted), a = 0..gamma;
+    ``rank_accept[k]``: probability that the (k+1)-th ranked child is the accepted one
+    (Sequoia arXiv 2402.12374); ``retrieval_rank_accept``: the same for retrieved extra
+    siblings with the model's siblings present (Graft arXiv 2605.20104).
+    """
+
+    drafter: str
+    verifier: str
+    temperature: float
+    alpha: float
+    gamma: int
+    accepted_hist: tuple[int, ...] = ()
+    rank_accept: tuple[float, ...] = ()
+    retrieval_rank_accept: tuple[float, ...] = ()
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    device: DeviceInfo
+    models: tuple[ModelEntry, ...]
+    acceptance: tuple[AcceptanceEntry, ...]
+    retrieval: tuple[RetrievalEntry, ...] = ()
+    created: str = ""
+    software: dict[str, str] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def target(self) -> ModelEntry:
+        for model in self.models:
+            if model.role == "target":
+                return model
+        raise ProfileError("profile has no model with role: target; re-run `specplan profile`")
+
+    def model(self, model_id: str) -> ModelEntry | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+    def retrieval_entry(self, drafter_id: str) -> RetrievalEntry | None:
+        return next((r for r in self.retrieval if r.id == drafter_id), None)
+
+    def acceptance_for(self, drafter: str, verifier: str, temperature: float) -> AcceptanceEntry | None:
+        """The entry for the pair at this temperature, or at the nearest measured one."""
+        entries = [a for a in self.acceptance if a.drafter == drafter and a.verifier == verifier]
+        if not entries:
+            return None
+        return min(entries, key=lambda a: abs(a.temperature - temperature))
+
+    def drafter_ids(self) -> list[str]:
+        return [m.id for m in self.models if m.role != "target"] + [r.id for r in self.retrieval]
+
+
+def _probability(value: Any, where: str) -> float:
+    number = float(value)
+    if math.isnan(number) or number < 0.0 or number > 1.0:
+        raise ProfileError(f"{where} = {value!r} is not a probability in [0, 1]; re-profile")
+    return number
+
+
+def _curve(raw: dict[str, Any], where: str) -> LatencyCurve:
+    n = tuple(int(v) for v in raw["n"])
+    ms = tuple(float(v) for v in raw["ms"])
+    if len(n) != len(ms) or not n:
+        raise ProfileError(f"{where}: n and ms must be non-empty lists of equal length")
+    if any(v <= 0 or math.isnan(v) for v in ms) or list(n) != sorted(set(n)):
+        raise ProfileError(f"{where}: ms must be positive and n strictly increasing")
+    return LatencyCurve(int(raw.get("context", 0)), n, ms, str(raw.get("source", "measured")))
+
+
+def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
+    where = f"acceptance[{index}]"
+    return AcceptanceEntry(
+        drafter=str(raw["drafter"]),
+        verifier=str(raw["verifier"]),
+        temperature=float(raw.get("temperature", 0.0)),
+        alpha=_probability(raw["alpha"], f"{where}.alpha"),
+        gamma=int(raw.get("gamma", 0)),
+        accepted_hist=tuple(int(v) for v in raw.get("accepted_hist") or ()),
+        rank_accept=tuple(_probability(v, f"{where}.rank_accept") for v in raw.get("rank_accept") or ()),
+        retrieval_rank_accept=tuple(
+            _probability(v, f"{where}.retrieval_rank_accept") for v in raw.get("retrieval_rank_accept") or ()
+        ),
+        samples=int(raw.get("samples", 0)),
+    )
+
+
+def profile_from_dict(document: dict[str, Any]) -> Profile:
+    """Build a :class:`Profile` from a parsed YAML mapping; raise ProfileError naming the bad field."""
+    try:
+        device = DeviceInfo(**{k: str(v) for k, v in document["device"].items() if k in DeviceInfo.__annotations__})
+        models = tuple(
+            ModelEntry(
+                id=str(m["id"]),
+                source=str(m["source"]),
+                fingerprint=str(m.get("fingerprint", "")),
+                quant=str(m.get("quant", "none")),
+                dtype=str(m.get("dtype", "float32")),
+                role=str(m.get("role", "drafter")),
+                latency=tuple(_curve(c, f"models[{m['id']}].latency") for c in m.get("latency") or ()),
+                base=m.get("base"),
+                mode=str(m.get("mode", "eager")),
+            )
+            for m in document["models"]
+        )
+        retrieval = tuple(
+            RetrievalEntry(str(r["id"]), str(r["source"]), float(r["ms_per_call"]))
+            for r in document.get("retrieval") or ()
+        )
+        acceptance = tuple(_acceptance(a, i) for i, a in enumerate(document.get("acceptance") or ()))
+    except ProfileError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProfileError(f"profile is missing or has a malformed field ({exc}); regenerate it with `specplan profile`") from None
+    if not models:
+        raise ProfileError("profile lists no models; regenerate it with `specplan profile`")
+    profile = Profile(
+        device=device,
+        models=models,
+        acceptance=acceptance,
+        retrieval=retrieval,
+        created=str(document.get("created", "")),
+        software={str(k): str(v) for k, v in (document.get("software") or {}).items()},
+        calibration=dict(document.get("calibration") or {}),
+    )
+    profile.target  # noqa: B018 - validates that a target exists
+    return profile
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """The YAML mapping of a profile, ``schema_version`` first."""
+    document = asdict(profile)
+    document = {"schema_version": document.pop("schema_version"), **document}
+    for model in document["models"]:
+        for curve in model["latency"]:
+            curve["n"], curve["ms"] = list(curve["n"]), [round(v, 4) for v in curve["ms"]]
+        model["latency"] = list(model["latency"])
+    for entry in document["acceptance"]:
+        for key in ("accepted_hist", "rank_accept", "retrieval_rank_accept"):
+            entry[key] = [round(v, 6) if isinstance(v, float) else v for v in entry[key]]
+        entry["alpha"] = round(entry["alpha"], 6)
+    document["models"] = list(document["models"])
+    document["acceptance"] = list(document["acceptance"])
+    document["retrieval"] = list(document["retrieval"])
+    return document
+
+
+def load_profile(path: str | Path) -> Profile:
+    return profile_from_dict(read_document(path, "profile", ProfileError))
+
+
+def save_profile(profile: Profile, path: str | Path) -> None:
+    write_document(path, profile_to_dict(profile))

@@ -1,0 +1,49 @@
+"""Prompt files, the calibration / evaluation split, and drafter specs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specplan.drafter_spec import parse_drafter_spec
+from specplan.errors import DrafterSpecError, PromptError
+from specplan.prompts import read_prompts, spec_bench_split, stratified
+
+
+def test_split_is_disjoint_and_covers_every_category():
+    calibration = spec_bench_split("calibration")
+    evaluation = spec_bench_split("evaluation")
+    assert not {p.prompt_id for p in calibration} & {p.prompt_id for p in evaluation}
+    assert len(calibration) + len(evaluation) == 480
+    assert {p.category for p in calibration} == {p.category for p in evaluation}
+    chosen = stratified(evaluation, 13)
+    assert len({p.category for p in chosen}) == 13
+
+
+def test_read_prompts_turns_and_prompt(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"question_id": 1, "turns": ["a", "b"]}) + "\n" + json.dumps({"prompt": "c"}) + "\n")
+    assert [p.text for p in read_prompts(path)] == ["a", "c"]
+
+
+@pytest.mark.parametrize("line", ['{"prompt": "   "}', '{"turns": []}', "not json", '{"other": 1}'])
+def test_bad_prompt_lines(tmp_path, line):
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(PromptError):
+        read_prompts(path)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("ngram:3", "ngram-3"), ("layerskip:20", "layerskip-20"), ("layerskip:0,2,4", "layerskip-0-2-4"),
+    ("model:/tmp/some/Small-Model", "model-Small-Model"),
+])
+def test_drafter_spec_ids(spec, expected):
+    assert parse_drafter_spec(spec).id == expected
+
+
+@pytest.mark.parametrize("spec", ["foo:1", "ngram:x", "ngram:0", "layerskip:a", "model:", "medusa", "recycle"])
+def test_bad_drafter_specs(spec):
+    with pytest.raises(DrafterSpecError):
+        parse_drafter_spec(spec)
