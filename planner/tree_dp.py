@@ -151,8 +151,9 @@ def solve_tree_table(accept: Sequence[float], max_budget: int, max_depth: int) -
     for level in range(1, max_depth + 1):
         best_child = value[:, level - 1, :].max(axis=1)  # [size] max_b' G[k][l-1][b']
         for children in range(1, width + 1):
-            child = best_child[rest]
-            child = np.where(np.isfinite(child), accept[children - 1] * child, -np.inf)
+            child = best_child[rest]  # [size, size] best subtree of m - y nodes
+            finite = np.isfinite(child)
+            child[finite] *= accept[children - 1]  # leave -inf (no such subtree) as it is
             total = np.where(valid, value[:, level, children - 1][first_nodes] + child, -np.inf)
             split[:, level, children] = total.argmax(axis=1)
             value[:, level, children] = total.max(axis=1)

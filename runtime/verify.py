@@ -123,11 +123,11 @@ def verify_sampling(tree: DraftTree, target_probs: torch.Tensor, generator: torc
     node = 0
     while True:
         children = tree.children(node)
-        p = target_probs[node].to(device, torch.float64)
+        p = _normalise(target_probs[node].to(device, torch.float64))
         if children:
             q = None
             if any(tree.is_sampled(child) for child in children):
-                p, q = _pad_to_same_width(p, tree.draft_probs[node].to(device, torch.float64))
+                p, q = _pad_to_same_width(p, _normalise(tree.draft_probs[node].to(device, torch.float64)))
             chosen, p = _visit_children(tree, children, tokens, p, q, generator)
             if chosen is not None:
                 accepted.append(chosen)
@@ -155,6 +155,11 @@ def _visit_children(tree, children, tokens, p, q, generator):
         else:
             p = _residual_point(p, token)
     return None, p
+
+
+def _normalise(row: torch.Tensor) -> torch.Tensor:
+    """``row / row.sum()``: rows computed in lower precision may miss 1 by a rounding error."""
+    return row / row.sum()
 
 
 def _uniform(generator: torch.Generator) -> float:

@@ -91,6 +91,14 @@ def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
     if not profile_path.is_file():
         raise PlanError(f"plan refers to profile {profile_path}, which does not exist; re-run `specplan profile`")
     profile = load_profile(profile_path)
+    known = {model.id for model in profile.models} | {entry.id for entry in profile.retrieval}
+    for stage in plan.stages:
+        for name in (stage.drafter, stage.verifier):
+            if name not in known:
+                raise PlanError(f"plan names {name!r} but its profile {profile_path} has no such model or drafter; "
+                                f"re-run `specplan plan {profile_path}`")
+    if plan.target != profile.target.id:
+        raise PlanError(f"plan's target {plan.target!r} is not the profile's target {profile.target.id!r}; re-run `specplan plan`")
     return plan, profile, profile_path
 
 

@@ -23,7 +23,7 @@ from specplan.runtime.verify import VerifyResult, verify_sampling
 
 VOCAB = 6
 START = 0
-TRIALS = 6000
+TRIALS = 4000
 SAMPLED, DETERMINISTIC = "s", "d"
 
 # Children kinds per depth: the root's children, then each depth-1 node's children.

@@ -1,0 +1,225 @@
+"""solve_plan: from a profile to the fastest lossless plan, with its alternatives and checks.
+
+The hierarchy DP (HSD, arXiv 2510.19705) over the cost model (Leviathan, arXiv 2211.17192,
+for sequence stages; Sequoia, arXiv 2402.12374, for trees) gives L*(target) and its chain;
+the LP dual (HiGHS) checks the DP values; every way to feed the target (plain decoding, each
+drafter and gamma, each tree, each on top of its drafter's best sub-hierarchy) is a candidate
+row, so ``explain`` can show why the winner won.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, replace
+
+from specplan.plan import Alternative, Plan, Prediction, Stage
+from specplan.profile import Profile
+
+from .costs import CostModel, build_cost_model
+from .hierarchy import HierarchySolution, StageCost, chain_for, solve_hierarchy, stage_choices
+from .lp import solve_lp
+from .options import PlanOptions
+from .simulate import SimulationResult, simulate_plan
+from .validate import NoCandidatesError, PlannerWarning, validate_profile
+
+__all__ = ["Candidate", "PlanOptions", "PlanResult", "solve_plan", "summarize"]
+
+ALTERNATIVES = 5
+OVERSHOOT_RULE = "trim"  # a sub-hierarchy's tokens beyond gamma are discarded (planner-math.md section 4)
+LP_TOLERANCE = 1e-6  # relative gap between the LP and the DP that still counts as agreement
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to feed the target: its top stage's per-round costs and ms per token."""
+
+    summary: str
+    draft_ms: float  # per verifier round (0 for plain decoding)
+    verify_ms: float  # one target forward
+    accepted_length: float  # tokens committed per target forward, bonus included
+    ms_per_token: float
+    stages: tuple[Stage, ...] = ()  # bottom to top; () = plain decoding
+    extrapolated: bool = False  # some T(n) it uses lies beyond the profiled widths
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The plan, a status and message (scipy-style), and every candidate, best first."""
+
+    plan: Plan
+    status: str  # optimal | unverified (the LP check disagreed or failed)
+    message: str
+    candidates: tuple[Candidate, ...]
+    warnings: tuple[str, ...] = ()  # skipped candidates, extrapolated latencies
+    values: dict[str, float] | None = None  # L*(model) for every model used
+    simulation: SimulationResult | None = None
+
+
+def summarize(stages: tuple[Stage, ...], target: str) -> str:
+    """A one-line name of a configuration, e.g. ``draft -> target (sequence gamma 4)``."""
+    if not stages:
+        return f"{target} plain decoding"
+    parts = []
+    for stage in stages:
+        shape = stage.shape
+        if shape.kind == "sequence":
+            parts.append(f"{stage.drafter} -> {stage.verifier} (sequence gamma {shape.gamma})")
+        else:
+            size = len(shape.parents) or shape.budget
+            parts.append(f"{stage.drafter} -> {stage.verifier} (tree {size} nodes depth {shape.depth})")
+    return "; ".join(parts)
+
+
+def _extrapolated(costs: CostModel, chain: tuple[StageCost, ...]) -> bool:
+    for cost in chain:
+        stage = cost.stage
+        width = stage.shape.gamma + 1 if stage.shape.kind == "sequence" else stage.shape.budget
+        if costs.latency[stage.verifier].is_extrapolated(width):
+            return True
+    return False
+
+
+def _candidate(costs: CostModel, chain: tuple[StageCost, ...]) -> Candidate:
+    stages = tuple(cost.stage for cost in chain)
+    if not chain:
+        plain = costs.latency[costs.target](1)
+        return Candidate(summarize((), costs.target), 0.0, plain, 1.0, plain)
+    top = chain[-1]
+    return Candidate(summarize(stages, costs.target), top.draft_ms, top.verify_ms, top.accepted,
+                     top.ms_per_token, stages, _extrapolated(costs, chain))
+
+
+def candidates(costs: CostModel, solution: HierarchySolution, max_stages: int) -> tuple[Candidate, ...]:
+    """Plain decoding and every top stage of the target over its drafter's best sub-hierarchy.
+
+    Sorted by ms per token, then fewer stages, then summary; infinite costs are left out. The
+    first row's ms per token equals the DP's L*(target).
+    """
+    rows = [_candidate(costs, ())]
+    if max_stages >= 1:
+        for choice in stage_choices(costs, costs.target, max_stages - 1):
+            rows.append(_candidate(costs, chain_for(costs, solution, costs.target, max_stages, top=choice)))
+    rows = [row for row in rows if math.isfinite(row.ms_per_token)]
+    return tuple(sorted(rows, key=lambda row: (row.ms_per_token, len(row.stages), row.summary)))
+
+
+def _alternatives(rows: tuple[Candidate, ...]) -> tuple[Alternative, ...]:
+    """The next best configurations, one per chain of (drafter, verifier, shape kind)."""
+    seen = set()
+    result = []
+    for row in rows:
+        key = tuple((s.drafter, s.verifier, s.shape.kind) for s in row.stages)
+        if key in seen:
+            continue
+        seen.add(key)
+        result.append(Alternative(row.summary, row.ms_per_token))
+    return tuple(result[1 : 1 + ALTERNATIVES])
+
+
+def _lp_check(costs: CostModel, solution: HierarchySolution, max_stages: int) -> tuple[bool, float, str]:
+    """(agrees, largest relative gap, message) of the LP dual against the DP."""
+    lp = solve_lp(costs, max_stages)
+    if not lp.success:
+        return False, math.inf, f"LP check failed: {lp.message}"
+    gap = max(abs(lp.values[m] - solution.best(m)) / solution.best(m) for m in costs.models)
+    agrees = gap <= LP_TOLERANCE
+    return agrees, gap, "LP agrees with the DP" if agrees else f"LP differs from the DP by {gap:.2e} (relative)"
+
+
+def _report(messages: list[str]) -> None:
+    for message in messages:
+        warnings.warn(message, PlannerWarning, stacklevel=3)
+
+
+def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_path: str = "",
+               profile_sha256: str = "") -> PlanResult:
+    """Choose the fastest lossless configuration for the profile's target.
+
+    Parameters
+    ----------
+    profile : Profile
+        Latency curves and acceptance statistics (validated again here).
+    options : PlanOptions, optional
+        Limits of the search; ``shapes=("sequence",), max_stages=1`` allows only plain
+        decoding or one drafter -> target sequence stage.
+    profile_path, profile_sha256 : str
+        Recorded in the plan so that ``run`` can check it.
+
+    Returns
+    -------
+    PlanResult
+        The plan (predicted ms per token = the best candidate's), status, message, candidates.
+
+    Raises
+    ------
+    PlannerInputError
+        A probability that is NaN, negative or > 1, or a latency that is not positive.
+    NoCandidatesError
+        The target has no latency curve, so not even plain decoding can be costed.
+
+    Notes
+    -----
+    Candidates whose data is missing are skipped with a :class:`PlannerWarning` naming it.
+    """
+    options = options or PlanOptions()
+    start = time.perf_counter()
+    validate_profile(profile)
+    costs = build_cost_model(profile, options)
+    messages = list(costs.messages)
+    if costs.target not in costs.latency:
+        _report(messages)
+        raise NoCandidatesError(
+            f"the target {costs.target!r} has no latency curve, so no configuration can be costed; "
+            "re-run `specplan profile`"
+        )
+    solution = solve_hierarchy(costs, options.max_stages)
+    rows = candidates(costs, solution, options.max_stages)
+    agrees, gap, lp_message = _lp_check(costs, solution, options.max_stages)
+    seconds = time.perf_counter() - start
+    best = rows[0]
+    if best.extrapolated:
+        messages.append(f"the chosen plan uses latencies extrapolated beyond the profiled widths: {best.summary}")
+    _report(messages)
+    plan = _plan(profile, options, best, rows, costs, profile_path, profile_sha256,
+                 {"method": "dp", "seconds": round(seconds, 6), "checked_by": "lp",
+                  "lp_agrees": agrees, "lp_max_relative_gap": float(gap) if math.isfinite(gap) else -1.0,
+                  "overshoot_rule": OVERSHOOT_RULE})
+    simulation = None
+    if options.simulation_rounds > 0:
+        simulation = simulate_plan(plan, profile, rounds=options.simulation_rounds, seed=options.seed,
+                                   overshoot=OVERSHOOT_RULE, context=options.context)
+    if simulation is not None:
+        plan = replace(plan, solver={**plan.solver, "simulated": {
+            "ms_per_token": round(simulation.ms_per_token, 6),
+            "interval": [round(simulation.ci_low, 6), round(simulation.ci_high, 6)],
+            "rounds": simulation.rounds,
+            "overshoot_error_ms": round(simulation.overshoot_error_ms, 6),
+        }})
+    status = "optimal" if agrees else "unverified"
+    message = f"{best.summary}: {best.ms_per_token:.3f} ms/token; {lp_message}; {len(messages)} warning(s)"
+    values = {m: solution.best(m) for m in costs.models}
+    return PlanResult(plan, status, message, rows, tuple(messages), values, simulation)
+
+
+def _plan(profile: Profile, options: PlanOptions, best: Candidate, rows: tuple[Candidate, ...],
+          costs: CostModel, profile_path: str, profile_sha256: str, solver: dict) -> Plan:
+    plain = costs.latency[costs.target](1)
+    predicted = Prediction(
+        ms_per_token=best.ms_per_token,
+        tokens_per_s=1000.0 / best.ms_per_token,
+        speedup=plain / best.ms_per_token,
+        accepted_per_target_forward=best.accepted_length,
+    )
+    return Plan(
+        profile_path=str(profile_path),
+        profile_sha256=str(profile_sha256),
+        device={"kind": profile.device.kind, "sku": profile.device.sku},
+        target=costs.target,
+        temperature=float(options.temperature),
+        stages=best.stages,
+        predicted=predicted,
+        alternatives=_alternatives(rows),
+        solver=solver,
+    )
