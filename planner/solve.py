@@ -22,6 +22,7 @@ from .hierarchy import HierarchySolution, StageCost, chain_for, solve_hierarchy,
 from .lp import solve_lp
 from .options import PlanOptions
 from .simulate import SimulationResult, simulate_plan
+from .tree_dp import tree_shape
 from .validate import NoCandidatesError, PlannerWarning, validate_profile
 
 __all__ = ["Candidate", "PlanOptions", "PlanResult", "solve_plan", "summarize"]
@@ -73,11 +74,15 @@ def summarize(stages: tuple[Stage, ...], target: str) -> str:
 
 
 def _extrapolated(costs: CostModel, chain: tuple[StageCost, ...]) -> bool:
+    """Whether some T(n) the chain reads (verifier widths, a tree drafter's widest forward) is extrapolated."""
     for cost in chain:
         stage = cost.stage
         width = stage.shape.gamma + 1 if stage.shape.kind == "sequence" else stage.shape.budget
         if costs.latency[stage.verifier].is_extrapolated(width):
             return True
+        if stage.shape.kind == "tree" and stage.drafter in costs.latency:
+            if costs.latency[stage.drafter].is_extrapolated(tree_shape(stage.shape.parents)[1]):
+                return True
     return False
 
 
@@ -186,21 +191,27 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
                  {"method": "dp", "seconds": round(seconds, 6), "checked_by": "lp",
                   "lp_agrees": agrees, "lp_max_relative_gap": float(gap) if math.isfinite(gap) else -1.0,
                   "overshoot_rule": OVERSHOOT_RULE})
-    simulation = None
-    if options.simulation_rounds > 0:
-        simulation = simulate_plan(plan, profile, rounds=options.simulation_rounds, seed=options.seed,
-                                   overshoot=OVERSHOOT_RULE, context=options.context)
-    if simulation is not None:
-        plan = replace(plan, solver={**plan.solver, "simulated": {
-            "ms_per_token": round(simulation.ms_per_token, 6),
-            "interval": [round(simulation.ci_low, 6), round(simulation.ci_high, 6)],
-            "rounds": simulation.rounds,
-            "overshoot_error_ms": round(simulation.overshoot_error_ms, 6),
-        }})
+    plan, simulation = _simulated(plan, profile, options)
     status = "optimal" if agrees else "unverified"
     message = f"{best.summary}: {best.ms_per_token:.3f} ms/token; {lp_message}; {len(messages)} warning(s)"
     values = {m: solution.best(m) for m in costs.models}
     return PlanResult(plan, status, message, rows, tuple(messages), values, simulation)
+
+
+def _simulated(plan: Plan, profile: Profile, options: PlanOptions) -> tuple[Plan, SimulationResult | None]:
+    """Simulate the plan when asked (``options.simulation_rounds``); record it in ``solver``."""
+    if options.simulation_rounds <= 0:
+        return plan, None
+    simulation = simulate_plan(plan, profile, rounds=options.simulation_rounds, seed=options.seed,
+                               overshoot=OVERSHOOT_RULE, context=options.context)
+    if simulation is None:
+        return plan, None
+    return replace(plan, solver={**plan.solver, "simulated": {
+        "ms_per_token": round(simulation.ms_per_token, 6),
+        "interval": [round(simulation.ci_low, 6), round(simulation.ci_high, 6)],
+        "rounds": simulation.rounds,
+        "overshoot_error_ms": round(simulation.overshoot_error_ms, 6),
+    }}), simulation
 
 
 def _plan(profile: Profile, options: PlanOptions, best: Candidate, rows: tuple[Candidate, ...],

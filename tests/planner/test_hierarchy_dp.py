@@ -67,7 +67,9 @@ def every_chain(profile, options):
 
 
 def brute_force(profile, options):
-    return min((reference_chain_cost(profile, chain), chain) for chain in every_chain(profile, options))
+    """(best closed-form ms per token, its chain) over every chain."""
+    return min(((reference_chain_cost(profile, chain), chain) for chain in every_chain(profile, options)),
+               key=lambda pair: pair[0])
 
 
 def solve(profile, options):

@@ -67,13 +67,15 @@ def test_tree_value_literal():
     assert tree_parents(((((),),), ())) == (-1, 0, 0, 1, 3)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_choose_tree_is_the_sequoia_choice(seed):
     """With a width-independent draft cost, the choice equals min over (n, d) of the brute force."""
     rng = np.random.default_rng(50 + seed)
     accept = rank_vector(rng, 3)
     draft = float(rng.uniform(0.5, 10.0))
     base, slope = float(rng.uniform(20, 60)), float(rng.uniform(0.2, 6.0))
+    if seed >= 4:  # confident drafter, cheap drafts: the deepest cap wins
+        accept, draft, slope = (0.9 - 0.1 * (seed - 4), 0.05, 0.02), 0.1, 0.1
     verify = lambda n: base + slope * (n - 1)  # noqa: E731
     expected = math.inf
     for nodes in range(2, 11):
@@ -85,6 +87,8 @@ def test_choose_tree_is_the_sequoia_choice(seed):
     assert choice.ms_per_token == pytest.approx(expected, rel=1e-12)
     assert choice.ms_per_token == pytest.approx((choice.draft_ms + choice.verify_ms) / choice.tree.value)
     assert len(choice.tree.parents) == choice.budget and choice.depth == choice.tree.depth
+    if seed >= 4:
+        assert choice.depth == 4
 
 
 def test_choose_tree_costs_the_width():

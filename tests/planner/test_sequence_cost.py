@@ -1,0 +1,55 @@
+"""Expected accepted length: Leviathan's closed form and the histogram form agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner_instances import leviathan, reference_accepted
+from specplan.planner.sequence import (
+    expected_accepted,
+    expected_accepted_from_histogram,
+    expected_accepted_length,
+    sequence_ms_per_token,
+)
+from specplan.profile import AcceptanceEntry
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 0.9, 0.999, 1.0])
+@pytest.mark.parametrize("gamma", [0, 1, 3, 8])
+def test_closed_form_is_the_geometric_sum(alpha, gamma):
+    assert expected_accepted_length(gamma, alpha) == pytest.approx(leviathan(gamma, alpha), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_histogram_form(seed):
+    rng = np.random.default_rng(seed)
+    hist = tuple(int(v) for v in rng.integers(0, 100, size=9))
+    entry = AcceptanceEntry("d", "v", 0.0, 0.5, 8, hist)
+    for gamma in range(9):
+        expected = reference_accepted(entry, gamma)
+        assert expected_accepted_from_histogram(hist, gamma) == pytest.approx(expected, rel=1e-12)
+        assert expected_accepted(entry, gamma) == pytest.approx(expected, rel=1e-12)
+
+
+def test_iid_histogram_matches_alpha():
+    """A histogram drawn from i.i.d. Bernoulli(alpha) chains gives Leviathan's E."""
+    rng = np.random.default_rng(0)
+    alpha, length = 0.7, 8
+    accepted = np.minimum(rng.geometric(1 - alpha, size=200000) - 1, length)
+    hist = tuple(int(v) for v in np.bincount(accepted, minlength=length + 1))
+    for gamma in (1, 4, 8):
+        assert expected_accepted_from_histogram(hist, gamma) == pytest.approx(leviathan(gamma, alpha), rel=5e-3)
+
+
+def test_longer_chains_fall_back_to_alpha():
+    entry = AcceptanceEntry("d", "v", 0.0, 0.5, 2, (1, 1, 2))
+    assert expected_accepted(entry, 2) == pytest.approx(1 + 0.75 + 0.5)
+    assert expected_accepted(entry, 3) == pytest.approx(leviathan(3, 0.5))
+    assert expected_accepted(AcceptanceEntry("d", "v", 0.0, 0.5, 2, (0, 0, 0)), 1) == 1.5
+    with pytest.raises(ValueError):
+        expected_accepted_from_histogram((1, 1), 2)
+
+
+def test_time_per_token():
+    assert sequence_ms_per_token(4, 2.0, 30.0, 2.5) == pytest.approx(38.0 / 2.5)

@@ -1,0 +1,41 @@
+"""profile -> plan -> run through the CLI on a tiny random model with the real tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+from specplan.cli import main
+from specplan.plan import load_plan
+from specplan.profile import load_profile
+
+
+def test_profile_plan_run(tmp_path, capsys, tiny_model_dir):
+    profile_path = tmp_path / "profile.yaml"
+    code = main(["profile", "--target", tiny_model_dir, "--drafter", "ngram:3", "--drafter", "layerskip:2",
+                 "--quick", "--limit", "2", "--dtype", "float32", "--device", "cpu", "-o", str(profile_path)])
+    assert code == 0
+    profile = load_profile(profile_path)
+    assert {m.id for m in profile.models} == {"target", "layerskip-2"}
+    assert [r.id for r in profile.retrieval] == ["ngram-3"]
+    assert all(len(m.latency[0].ms) == 7 for m in profile.models)
+    entry = profile.acceptance_for("layerskip-2", "target", 0.0)
+    assert entry is not None and sum(entry.accepted_hist) == entry.samples > 0
+    plan = load_plan(tmp_path / "plan.yaml")  # profile solved and wrote the plan beside it
+    assert plan.target == "target" and plan.predicted.tokens_per_s > 0
+    capsys.readouterr()
+
+    code = main(["run", str(tmp_path / "plan.yaml"), "--prompt", "Hello there", "--max-new-tokens", "12", "--json",
+                 "--compare-plain"])
+    assert code == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for field in ("prompt_id", "new_tokens", "token_ids", "text", "seconds", "tokens_per_s", "target_forwards",
+                  "mean_accepted", "stages", "plan"):
+        assert field in record
+    assert record["identical_to_plain"] is True
+    assert record["new_tokens"] == len(record["token_ids"]) <= 12
+
+    code = main(["plan", str(profile_path), "-o", str(tmp_path / "other.yaml"), "--max-depth", "2", "--explain"])
+    assert code == 0
+    reduced = load_plan(tmp_path / "other.yaml")
+    assert all(stage.shape.gamma <= 2 for stage in reduced.stages)
+    assert "ms/token" in capsys.readouterr().out
