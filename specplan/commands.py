@@ -153,21 +153,6 @@ def command_run(args) -> int:
 
 
 def command_bench(args) -> int:
-    if args.limit < 1 or args.max_new_tokens < 1:
-        raise SpecplanError("--limit and --max-new-tokens must be at least 1")
-    unknown = [b for b in args.baselines.split(",") if b and b != "plain"]
-    if unknown:
-        raise SpecplanError(f"unknown baseline(s) {', '.join(unknown)}; this version measures: plain")
-    plan, profile, profile_path = load_plan_and_profile(args.plan)
-    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
-    prompts = stratified(prompts, args.limit)
-    from specplan.runtime.bench import run_bench
-    from specplan.runtime.runner import PlanRunner
+    from specplan.runtime.bench_command import command_bench as run
 
-    runner = PlanRunner.open(plan, profile, profile_path, force=args.force)
-    report = run_bench(runner, prompts, args.max_new_tokens)
-    print(report.markdown())
-    if args.report:
-        report.write(Path(args.report))
-        print(f"specplan: wrote {args.report}/report.md and report.json", file=sys.stderr)
-    return 0
+    return run(args)
