@@ -4,7 +4,8 @@ A chain of stages, bottom to top. One *round* of a stage: get the draft (bottom:
 draft calls, or ``depth`` calls for a tree; above: run the stage below until it has committed
 at least ``gamma`` tokens, *accumulate until gamma*), verify it in one forward, and commit
 the accepted prefix plus the bonus token. Acceptance is Bernoulli(alpha) per draft token of
-a sequence (Leviathan et al., arXiv 2211.17192) and by rank for a tree (the k-th ranked
+a sequence (Leviathan et al., arXiv 2211.17192), or drawn from the measured accepted-length
+histogram when the stage has one, and by rank for a tree (the k-th ranked
 child is the accepted one with probability accept[k]; Sequoia, arXiv 2402.12374).
 
 The stage below commits in chunks, so it may overshoot gamma. ``overshoot="trim"`` discards
@@ -30,7 +31,7 @@ from specplan.plan import Plan
 from specplan.profile import Profile
 
 from .latency import latency_table
-from .sequence import expected_accepted_length
+from .sequence import expected_accepted_from_histogram, expected_accepted_length
 from .tree_dp import tree_shape, tree_value
 
 OVERSHOOT_RULES = ("trim", "verify")
@@ -51,6 +52,10 @@ class SimStage:
     parents: tuple[int, ...] = ()
     rank_accept: tuple[float, ...] = ()
     draft_ms: float = 0.0
+    accepted_hist: tuple[int, ...] = ()  # [G + 1] sequence: sample A from it when gamma <= G
+
+    def uses_histogram(self, drafted: int) -> bool:
+        return bool(self.accepted_hist) and sum(self.accepted_hist) > 0 and drafted < len(self.accepted_hist)
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,10 @@ def closed_form(stages: Sequence[SimStage]) -> float:
             level = (depth * stage.draft_ms + stage.verify_ms[len(stage.parents)]) / value
             continue
         draft = stage.draft_ms if index == 0 else level
-        accepted = expected_accepted_length(stage.gamma, stage.alpha)
+        if stage.uses_histogram(stage.gamma):
+            accepted = expected_accepted_from_histogram(stage.accepted_hist, stage.gamma)
+        else:
+            accepted = expected_accepted_length(stage.gamma, stage.alpha)
         level = (stage.gamma * draft + stage.verify_ms[stage.gamma + 1]) / accepted
     return level
 
@@ -120,6 +128,14 @@ class _Runner:
         if alpha <= 0.0:
             return 0
         return min(length, int(math.log(self.uniform()) / math.log(alpha)))
+
+    def histogram_accepted(self, hist: tuple[int, ...], length: int) -> int:
+        """A ~ the histogram (chains of G), truncated to a chain of ``length`` <= G."""
+        draw, accepted = self.uniform() * sum(hist), 0
+        while accepted < len(hist) - 1 and draw > hist[accepted]:
+            draw -= hist[accepted]
+            accepted += 1
+        return min(accepted, length)
 
     def tree_accepted(self, level: int) -> int:
         stage, children = self.stages[level], self.children[level]
@@ -160,6 +176,8 @@ class _Runner:
         if drafted + 1 >= len(stage.verify_ms):
             raise ValueError(f"verify_ms has no entry for n = {drafted + 1}; pass a longer table")
         ms += stage.verify_ms[drafted + 1]
+        if stage.uses_histogram(drafted):
+            return self.histogram_accepted(stage.accepted_hist, drafted) + 1, ms
         return self.chain_accepted(stage.alpha, drafted) + 1, ms
 
 
@@ -208,7 +226,8 @@ def simulate(stages: Sequence[SimStage], *, rounds: int = 20000, seed: int = 0,
 def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tuple[SimStage, ...]:
     """The simulator's stages for a plan, with latencies and acceptance from the profile.
 
-    Uses alpha for sequence stages (not the histogram) and the rank acceptance of each tree
+    Sequence stages sample the accepted length from the entry's histogram when it covers the
+    drafted length (as the planner's E does), else Bernoulli(alpha); trees use the rank acceptance
     (``retrieval_rank_accept`` for a retrieval drafter when measured).
 
     Raises
@@ -234,7 +253,7 @@ def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tup
         width = tree_shape(shape.parents)[1] if shape.kind == "tree" else 1
         result.append(SimStage(
             kind=shape.kind, verify_ms=table.ms, gamma=shape.gamma, alpha=entry.alpha,
-            parents=shape.parents, rank_accept=tuple(accept),
+            parents=shape.parents, rank_accept=tuple(accept), accepted_hist=tuple(entry.accepted_hist),
             draft_ms=_draft_call_ms(profile, stage.drafter, width, context) if index == 0 else 0.0,
         ))
     return tuple(result)

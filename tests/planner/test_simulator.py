@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner_instances import random_profile, rank_vector
+from planner_instances import random_profile, rank_vector, reference_accepted, with_histograms
+from specplan.profile import AcceptanceEntry
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.simulate import SimStage, closed_form, simulate
 from specplan.planner.tree_dp import best_tree
@@ -29,6 +30,17 @@ def test_tree_stage_matches_sequoia(seed):
     tree = best_tree(accept, 12, 4)
     stage = SimStage("tree", VERIFY, parents=tree.parents, rank_accept=accept, draft_ms=3.0)
     result = simulate([stage], rounds=20000, seed=seed, confidence=CONFIDENCE)
+    assert result.agrees(), result
+
+
+@pytest.mark.parametrize("gamma", [2, 6, 9])
+def test_sequence_stage_samples_the_histogram(gamma):
+    """A heavy-tailed (not i.i.d.) histogram: the simulator follows it for gamma <= G, alpha beyond."""
+    hist = (60, 5, 5, 5, 5, 5, 15)
+    stage = SimStage("sequence", VERIFY, gamma=gamma, alpha=0.4, draft_ms=0.1, accepted_hist=hist)
+    result = simulate([stage], rounds=20000, seed=gamma, confidence=CONFIDENCE)
+    entry = AcceptanceEntry("d", "v", 0.0, 0.4, 6, hist)
+    assert result.closed_form == pytest.approx((gamma * 0.1 + VERIFY[gamma + 1]) / reference_accepted(entry, gamma))
     assert result.agrees(), result
 
 
@@ -71,7 +83,8 @@ def test_seeded_and_deterministic():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_simulated_plan_agrees_for_single_stage_plans(seed):
-    profile = random_profile(np.random.default_rng(seed), 3, 1)
+    rng = np.random.default_rng(seed)
+    profile = with_histograms(random_profile(rng, 3, 1), rng, share=0.7)
     options = PlanOptions(max_budget=12, max_depth=4, max_stages=1, simulation_rounds=20000, seed=seed)
     result = solve_plan(profile, options)
     if result.plan.stages:
