@@ -8,11 +8,17 @@ import torch
 
 from specplan.drafter_spec import DrafterSpec, parse_drafter_spec
 from specplan.errors import DrafterSpecError, PlanError
-from specplan.plan import Plan
+from specplan.plan import Plan, StageShape
 from specplan.profile import Profile
+from specplan.runtime.drafters.base import TreeShape
+from specplan.runtime.drafters.cacheback import CacheDrafter
+from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
 from specplan.runtime.drafters.model import ModelDrafter
+from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
+from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
+from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.models import LoadedModel, load_model
 
@@ -24,23 +30,58 @@ class DrafterBuild:
     model: torch.nn.Module | None  # the drafter's network (None for retrieval drafters)
 
 
+def _drafter_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
+    """The causal LM a ``layerskip:`` or ``model:`` drafter runs."""
+    if spec.kind == "layerskip":
+        return layer_skip_view(target.model, parse_kept_layers(spec.argument, target.model.config.num_hidden_layers))
+    loaded = load_model(spec.argument, target.dtype, str(device))
+    if loaded.model.config.vocab_size != target.model.config.vocab_size:
+        raise DrafterSpecError(
+            f"drafter {spec.source!r} has vocabulary {loaded.model.config.vocab_size}, the target "
+            f"{target.model.config.vocab_size}; a model drafter must share the target's tokenizer"
+        )
+    return loaded.model
+
+
 def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> DrafterBuild:
-    """A live drafter for ``spec`` proposing for ``target``."""
+    """A live sequence drafter for ``spec`` proposing for ``target``."""
     if spec.kind == "ngram":
         return DrafterBuild(spec, NgramDrafter(int(spec.argument)), None)
-    if spec.kind == "layerskip":
-        kept = parse_kept_layers(spec.argument, target.model.config.num_hidden_layers)
-        view = layer_skip_view(target.model, kept)
-        return DrafterBuild(spec, ModelDrafter(spec.id, view, device), view)
-    if spec.kind == "model":
-        loaded = load_model(spec.argument, target.dtype, str(device))
-        if loaded.model.config.vocab_size != target.model.config.vocab_size:
-            raise DrafterSpecError(
-                f"drafter {spec.source!r} has vocabulary {loaded.model.config.vocab_size}, the target "
-                f"{target.model.config.vocab_size}; a model drafter must share the target's tokenizer"
-            )
-        return DrafterBuild(spec, ModelDrafter(spec.id, loaded.model, device), loaded.model)
-    raise DrafterSpecError(f"drafter {spec.source!r} cannot run in this version; use ngram:N, layerskip:K or model:MODEL")
+    if spec.kind in ("recycle", "cache"):
+        return DrafterBuild(spec, _retrieval_tree_drafter(spec), None)
+    if spec.kind in ("layerskip", "model"):
+        network = _drafter_network(spec, target, device)
+        return DrafterBuild(spec, ModelDrafter(spec.id, network, device), network)
+    raise DrafterSpecError(f"drafter {spec.source!r} cannot run in this version; use ngram:N, layerskip:K, model:MODEL, recycle or cache")
+
+
+def _retrieval_tree_drafter(spec: DrafterSpec):
+    if spec.kind == "ngram":
+        return NgramTreeDrafter(int(spec.argument))
+    if spec.kind == "recycle":
+        return RecycleDrafter()
+    if spec.kind == "cache":
+        return CacheDrafter()
+    raise DrafterSpecError(f"{spec.source!r} is not a retrieval drafter; use ngram:N, recycle or cache")
+
+
+def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device, network: torch.nn.Module | None = None):
+    """A live tree drafter for ``spec``; ``network`` reuses an already built drafter model."""
+    if spec.is_retrieval:
+        return _retrieval_tree_drafter(spec)
+    if spec.kind in ("layerskip", "model"):
+        return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device)
+    raise DrafterSpecError(f"drafter {spec.source!r} cannot draft trees; use ngram:N, layerskip:K, model:MODEL, recycle or cache")
+
+
+def tree_shape(shape: StageShape) -> TreeShape:
+    """The runtime shape of a plan's tree stage: static parents, or budget/depth best-first.
+
+    A budget shape is grown best-first whether or not ``dynamic`` is set (it has no fixed layout).
+    """
+    if shape.kind != "tree":
+        raise PlanError(f"stage shape {shape.kind!r} is not a tree")
+    return TreeShape(parents=shape.parents) if shape.parents else TreeShape(budget=shape.budget, depth=shape.depth)
 
 
 def eos_ids(loaded: LoadedModel) -> set[int]:
@@ -73,12 +114,23 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
         raise PlanError(f"plan's target {plan.target!r} is not the profile's target; re-run `specplan plan`")
     if not plan.stages:
         return SpeculativeEngine(target.model, device, eos_ids(target))
-    if len(plan.stages) > 1 or plan.stages[0].shape.kind != "sequence":
+    if len(plan.stages) > 1:
         raise PlanError(
-            f"this version runs single-stage sequence plans only; the plan has {plan.summary()!r}. "
+            f"this version runs single-stage plans only; the plan has {plan.summary()!r}. "
             "Re-plan with this version of `specplan plan`"
         )
     stage = plan.stages[0]
     spec = parse_drafter_spec(drafter_source(profile, stage.drafter))
-    built = build_drafter(spec, target, device)
-    return SpeculativeEngine(target.model, device, eos_ids(target), built.drafter, stage.shape.gamma)
+    if stage.shape.kind == "sequence":
+        built = build_drafter(spec, target, device)
+        return SpeculativeEngine(target.model, device, eos_ids(target), built.drafter, stage.shape.gamma)
+    drafter = build_tree_drafter(spec, target, device)
+    if stage.shape.graft:
+        graft = parse_drafter_spec(drafter_source(profile, stage.shape.graft))
+        if spec.is_retrieval or not graft.is_retrieval:
+            raise PlanError(
+                f"a graft puts a retrieval drafter's tokens into a model drafter's tree; the plan grafts "
+                f"{stage.shape.graft!r} into {stage.drafter!r}. Fix the plan"
+            )
+        drafter = GraftDrafter(drafter, _retrieval_tree_drafter(graft), stage.shape.graft_budget)
+    return SpeculativeEngine(target.model, device, eos_ids(target), drafter, tree=tree_shape(stage.shape))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from specplan.contract import check_contract
 from specplan.plan import Plan
 from specplan.profile import Profile
 from specplan.prompts import Prompt
@@ -31,8 +32,6 @@ class PlanRunner:
 
     @classmethod
     def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False) -> "PlanRunner":
-        from specplan.commands import check_contract
-
         quiet_transformers()
         kind = profile.device.kind
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from specplan.drafter_spec import parse_drafter_spec
-from specplan.errors import PlanError, ProfileError, SpecplanError
+from specplan.errors import PlanError, SpecplanError
 from specplan.plan import Plan, load_plan, save_plan
 from specplan.profile import Profile, load_profile, save_profile
 from specplan.prompts import Prompt, read_prompts, spec_bench_split, stratified
@@ -100,21 +100,6 @@ def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
     if plan.target != profile.target.id:
         raise PlanError(f"plan's target {plan.target!r} is not the profile's target {profile.target.id!r}; re-run `specplan plan`")
     return plan, profile, profile_path
-
-
-def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info, target_fingerprint: str, force: bool) -> None:
-    """Refuse (ProfileError) a plan whose profile, device or target weights changed, unless ``force``."""
-    if force:
-        return
-    if plan.profile_sha256 and file_sha256(profile_path) != plan.profile_sha256:
-        raise ProfileError(f"{profile_path} changed since the plan was solved; re-run `specplan plan {profile_path}` (or --force)")
-    if profile.device.sku != device_info.sku or profile.device.kind != device_info.kind:
-        raise ProfileError(
-            f"the profile was measured on {profile.device.kind}/{profile.device.sku}, this is "
-            f"{device_info.kind}/{device_info.sku}; re-profile here with `specplan profile` (or --force)"
-        )
-    if profile.target.fingerprint and profile.target.fingerprint != target_fingerprint:
-        raise ProfileError("the target's weights differ from the profiled ones; re-profile with `specplan profile` (or --force)")
 
 
 def _run_prompts(args) -> list[Prompt]:

@@ -25,6 +25,9 @@ class StageShape:
     ``sequence``: a chain of ``gamma`` draft tokens. ``tree``: either an explicit
     ``parents`` array (static, e.g. the Sequoia DP tree; node 0 is the root = last committed
     token) or ``budget`` nodes grown to ``depth`` (``dynamic``: best-first at run time).
+    ``graft`` (tree stages only; Graft, arXiv 2605.20104): the id of a retrieval drafter
+    whose tree takes up to ``graft_budget`` of the stage's nodes, pruned from the model tree
+    by confidence, so that the node count stays the shape's.
     """
 
     kind: str
@@ -33,6 +36,8 @@ class StageShape:
     depth: int = 0
     dynamic: bool = False
     parents: tuple[int, ...] = ()
+    graft: str = ""
+    graft_budget: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in SHAPE_KINDS:
@@ -44,6 +49,13 @@ class StageShape:
                 validate_parents(self.parents)
             elif self.budget < 1 or self.depth < 1:
                 raise PlanError("tree shape needs `parents` or budget >= 1 and depth >= 1; fix the plan")
+        if self.graft or self.graft_budget:
+            size = len(self.parents) or self.budget
+            if self.kind != "tree" or not self.graft or not 1 <= self.graft_budget < size:
+                raise PlanError(
+                    f"a graft needs a tree shape, a retrieval drafter id and 1 <= graft_budget < {size} nodes "
+                    f"(got kind {self.kind}, graft {self.graft!r}, graft_budget {self.graft_budget}); fix the plan"
+                )
 
 
 def validate_parents(parents: tuple[int, ...] | list[int]) -> None:
@@ -103,7 +115,8 @@ class Plan:
             else:
                 size = len(shape.parents) if shape.parents else shape.budget
                 how = "dynamic" if shape.dynamic else "static"
-                parts.append(f"{stage.drafter} -> {stage.verifier} ({how} tree {size} nodes)")
+                graft = f", {shape.graft_budget} grafted from {shape.graft}" if shape.graft else ""
+                parts.append(f"{stage.drafter} -> {stage.verifier} ({how} tree {size} nodes{graft})")
         return "; ".join(parts)
 
 
@@ -115,6 +128,8 @@ def _shape(raw: dict[str, Any]) -> StageShape:
         depth=int(raw.get("depth", 0)),
         dynamic=bool(raw.get("dynamic", False)),
         parents=tuple(int(v) for v in raw.get("parents") or ()),
+        graft=str(raw.get("graft") or ""),
+        graft_budget=int(raw.get("graft_budget", 0)),
     )
 
 
@@ -158,7 +173,7 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     stages = []
     for stage in plan.stages:
-        shape = {k: v for k, v in asdict(stage.shape).items() if v not in (0, False, ())}
+        shape = {k: v for k, v in asdict(stage.shape).items() if v not in (0, False, (), "")}
         shape["kind"] = stage.shape.kind
         if stage.shape.parents:
             shape["parents"] = list(stage.shape.parents)
