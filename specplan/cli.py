@@ -47,6 +47,14 @@ def _add_plan(commands) -> None:
     parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
     parser.add_argument("--temperature", type=float, default=0.0, help="decoding temperature the plan is for")
     parser.add_argument("--explain", action="store_true", help="print every candidate's cost terms")
+    parser.add_argument("--sku", default=None, metavar="NAME",
+                        help="plan for a SKU of profiles/skus.yaml (h100-sxm, ...) or `all`: measured acceptance, "
+                             "roofline latency; writes a plan marked as modelled (every shape and hierarchy searched)")
+    parser.add_argument("--efficiency", type=float, default=None, metavar="E",
+                        help="with --sku: fraction of peak bandwidth and compute the roofline assumes (default 1)")
+    parser.add_argument("--fit-efficiency", action="store_true",
+                        help="with --sku: fit the roofline's efficiency to PROFILE's measured curves (its own SKU)")
+    parser.add_argument("--skus", default=None, metavar="FILE", help="SKU table (default: profiles/skus.yaml)")
     parser.set_defaults(handler="plan")
 
 
@@ -68,21 +76,49 @@ def _add_run(commands) -> None:
 
 
 def _add_bench(commands) -> None:
-    parser = commands.add_parser("bench", help="measure a plan against plain decoding in one run")
+    parser = commands.add_parser("bench", help="measure a plan against plain decoding, transformers' peers and the grid")
     parser.add_argument("plan")
     parser.add_argument("--prompts", help="JSONL prompts (default: Spec-Bench evaluation split)")
     parser.add_argument("--limit", type=int, default=26, help="prompts to use, spread over categories")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--baselines", default="plain", help="comma list; this version measures: plain")
-    parser.add_argument("--report", default=None, help="folder for report.json and report.md")
-    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
+                        help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, grid (plain is always run)")
+    parser.add_argument("--assistant", default=None, metavar="ID",
+                        help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
+    parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
+    parser.add_argument("--grid-limit", type=int, default=4, help="prompts the grid runs on (the first, spread over categories)")
+    parser.add_argument("--grid-min-speedup", type=float, default=0.5,
+                        help="skip grid points the planner predicts slower than this fraction of plain decoding")
+    parser.add_argument("--report", default=None, help="folder for report.md, report.json and the plots")
+    parser.add_argument("--no-plots", action="store_true", help="write the report without PNG plots (no matplotlib)")
+    parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
     parser.set_defaults(handler="bench")
+
+
+def _add_roofline(commands) -> None:
+    parser = commands.add_parser("roofline", help="the roofline latency model's error per n against a measured profile")
+    parser.add_argument("profile", help="profile.yaml measured by `specplan profile`")
+    parser.add_argument("--sku", default=None, help="SKU whose figures describe the measuring device (default: its sku)")
+    parser.add_argument("--fit", action="store_true", help="also fit efficiencies and overheads and show the fitted error")
+    parser.add_argument("--save-calibration", default=None, metavar="FILE", help="with --fit: write the fit as JSON")
+    parser.add_argument("--skus", default=None, metavar="FILE", help="SKU table (default: profiles/skus.yaml)")
+    parser.set_defaults(handler="roofline")
+
+
+def _add_export(commands) -> None:
+    parser = commands.add_parser("export", help="print a serving engine's config for a plan, re-solved for the engine")
+    parser.add_argument("plan", help="plan.yaml written by `specplan plan` (with or without --sku)")
+    parser.add_argument("--engine", required=True, help="vllm | sglang | transformers | llama.cpp")
+    parser.add_argument("--max-budget", type=int, default=64, help="largest tree budget (nodes) to consider")
+    parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
+    parser.add_argument("--json", action="store_true", help="one JSON object with the config, both plans and the loss")
+    parser.set_defaults(handler="export")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specplan", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_profile, _add_plan, _add_run, _add_bench):
+    for add in (_add_profile, _add_plan, _add_run, _add_bench, _add_roofline, _add_export):
         add(commands)
     return parser
 

@@ -75,6 +75,10 @@ def _solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, m
 
 
 def command_plan(args) -> int:
+    if getattr(args, "sku", None) or getattr(args, "efficiency", None) is not None or getattr(args, "fit_efficiency", False):
+        from specplan.deploy import command_plan_sku
+
+        return command_plan_sku(args)
     profile = load_profile(args.profile)
     output = Path(args.output) if args.output else Path(args.profile).with_name("plan.yaml")
     _solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
@@ -135,6 +139,18 @@ def command_run(args) -> int:
                 print(record["text"])
             print(runner.summary_line(record), flush=True)
     return 0
+
+
+def command_roofline(args) -> int:
+    from specplan.deploy import command_roofline as run
+
+    return run(args)
+
+
+def command_export(args) -> int:
+    from specplan.deploy import command_export as run
+
+    return run(args)
 
 
 def command_bench(args) -> int:

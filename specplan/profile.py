@@ -35,6 +35,27 @@ class LatencyCurve:
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    """The architecture numbers the roofline latency model reads (``planner/roofline.py``).
+
+    Recorded by the profiler from ``model.config`` (``source: config``); a layer-skip view
+    records the layers it keeps. ``parameters``: all weights, embeddings included (0 when
+    not recorded; the roofline then counts them from the other fields).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    intermediate: int
+    tied_embeddings: bool = True
+    parameters: int = 0
+    source: str = "config"  # config | builtin (a known model's published config)
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     id: str  # the name plans use
     source: str  # what --target / model: / layerskip: said
@@ -45,6 +66,7 @@ class ModelEntry:
     latency: tuple[LatencyCurve, ...] = ()
     base: str | None = None  # id of the model whose weights this one shares
     mode: str = "eager"  # eager | compiled: what the runtime measured
+    shape: ModelShape | None = None  # architecture, for roofline latency on other devices
 
 
 @dataclass(frozen=True)
@@ -128,6 +150,54 @@ def _curve(raw: dict[str, Any], where: str) -> LatencyCurve:
     return LatencyCurve(int(raw.get("context", 0)), n, ms, str(raw.get("source", "measured")))
 
 
+def _shape(raw: dict[str, Any] | None, where: str) -> ModelShape | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}.shape must be a mapping (layers, hidden, heads, ...); regenerate the profile")
+    values = {k: v for k, v in raw.items() if k in ModelShape.__annotations__}
+    for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "intermediate", "parameters"):
+        if key in values:
+            values[key] = int(values[key])
+            if values[key] < (0 if key == "parameters" else 1):
+                raise ProfileError(f"{where}.shape.{key} = {raw[key]!r} must be a positive integer")
+    values["tied_embeddings"] = bool(values.get("tied_embeddings", True))
+    values["source"] = str(values.get("source", "config"))
+    return ModelShape(**values)
+
+
+def shape_from_config(config: Any, layers: int | None = None, parameters: int = 0) -> ModelShape | None:
+    """A :class:`ModelShape` from a Hugging Face config object (read by attribute, no torch).
+
+    ``layers`` overrides ``num_hidden_layers`` (a layer-skip view keeps fewer). Returns None
+    when the config lacks the fields of a decoder-only transformer.
+    """
+    try:
+        heads = int(config.num_attention_heads)
+        hidden = int(config.hidden_size)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        return ModelShape(
+            layers=int(layers if layers is not None else config.num_hidden_layers),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+            head_dim=head_dim,
+            vocab=int(config.vocab_size),
+            intermediate=int(config.intermediate_size),
+            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            parameters=int(parameters),
+        )
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def shape_of_network(network: Any) -> ModelShape | None:
+    """The shape of a causal-LM module: its config, with the decoder layers it actually holds
+    (``network.model.layers``; a layer-skip view holds fewer than its config says)."""
+    layers = getattr(getattr(network, "model", None), "layers", None)
+    return shape_from_config(getattr(network, "config", None), len(layers) if layers is not None else None)
+
+
 def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
     where = f"acceptance[{index}]"
     return AcceptanceEntry(
@@ -160,6 +230,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
                 latency=tuple(_curve(c, f"models[{m['id']}].latency") for c in m.get("latency") or ()),
                 base=m.get("base"),
                 mode=str(m.get("mode", "eager")),
+                shape=_shape(m.get("shape"), f"models[{m['id']}]"),
             )
             for m in document["models"]
         )
@@ -195,6 +266,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         for curve in model["latency"]:
             curve["n"], curve["ms"] = list(curve["n"]), [round(v, 4) for v in curve["ms"]]
         model["latency"] = list(model["latency"])
+        if model.get("shape") is None:
+            model.pop("shape", None)
     for entry in document["acceptance"]:
         for key in ("accepted_hist", "rank_accept", "retrieval_rank_accept"):
             entry[key] = [round(v, 6) if isinstance(v, float) else v for v in entry[key]]

@@ -1,0 +1,119 @@
+"""SKU profiles: a measured profile's acceptance with a named device's roofline latencies.
+
+Acceptance depends on the models and the data, not on the device, so a plan for a device we
+do not have keeps the measured acceptance and replaces every model's latency curve with the
+roofline T(n) (:mod:`.roofline`) of that model's shape on the SKU from ``profiles/skus.yaml``.
+Retrieval drafters keep their measured cost per call (a host-side table lookup). The result
+says where each number came from: ``device.source: roofline``, curves ``source: roofline``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specplan.errors import PlanError, ProfileError
+from specplan.profile import DeviceInfo, ModelEntry, ModelShape, Profile
+
+from .roofline import Calibration, DeviceRoof, precision_for, roofline_curve
+
+SKU_FILE = Path(__file__).resolve().parent.parent / "profiles" / "skus.yaml"
+
+# Published configs of models that profiles name by alias, for profiles recorded before the
+# profiler stored shapes. `default` = SmolLM2-135M-Instruct (its config.json: 30 layers,
+# hidden 576, 9 heads, 3 KV heads, head_dim 64, intermediate 1536, vocab 49152, tied).
+BUILTIN_SHAPES = {
+    "default": ModelShape(30, 576, 9, 3, 64, 49152, 1536, True, 134_515_008, "builtin"),
+}
+
+
+def load_skus(path: str | Path | None = None) -> dict[str, DeviceRoof]:
+    """Every SKU in ``skus.yaml`` (``schema_version: 1``), by name; PlanError if unreadable."""
+    path = Path(path) if path else SKU_FILE
+    if not path.is_file():
+        raise PlanError(f"the SKU table {path} does not exist; it ships in the repository as profiles/skus.yaml")
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        raise PlanError(f"{path} is not valid YAML; fix it or restore profiles/skus.yaml") from None
+    if not isinstance(document, dict) or document.get("schema_version") != 1:
+        raise PlanError(f"{path} must be a mapping with schema_version: 1")
+    try:
+        return {str(name): _sku(str(name), raw) for name, raw in (document.get("skus") or {}).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"{path}: a SKU entry is missing or has a malformed field ({exc})") from None
+
+
+def _sku(name: str, raw: dict[str, Any]) -> DeviceRoof:
+    overhead = raw.get("overhead") or {}
+    return DeviceRoof(
+        sku=name,
+        name=str(raw.get("name", name)),
+        kind=str(raw["kind"]),
+        bandwidth_gbs=float(raw["bandwidth_gbs"]),
+        tflops={str(k): (None if v is None else float(v)) for k, v in (raw.get("tflops") or {}).items()},
+        vector_tflops=float(raw["vector_tflops"]),
+        memory_gb=float(raw.get("memory_gb", 0)),
+        overhead_per_forward_us=float(overhead.get("per_forward_us", 0.0)),
+        overhead_per_layer_us=float(overhead.get("per_layer_us", 0.0)),
+        dequant_tile=int(raw.get("dequant_tile", 16)),
+        source={str(k): str(v) for k, v in (raw.get("source") or {}).items()},
+    )
+
+
+def get_sku(name: str, skus: dict[str, DeviceRoof] | None = None) -> DeviceRoof:
+    """The SKU called ``name``; PlanError listing the known ones otherwise."""
+    skus = skus if skus is not None else load_skus()
+    if name not in skus:
+        raise PlanError(f"unknown SKU {name!r}; known: {', '.join(skus)} (or `all`)")
+    return skus[name]
+
+
+def _kept_layers(source: str) -> int | None:
+    """How many layers ``layerskip:K`` / ``layerskip:0,2,4`` keeps; None for other sources."""
+    kind, _, argument = source.partition(":")
+    if kind != "layerskip" or not argument:
+        return None
+    parts = [part for part in argument.split(",") if part.strip()]
+    return len(parts) if len(parts) > 1 else int(parts[0])
+
+
+def model_shape(profile: Profile, model: ModelEntry) -> ModelShape:
+    """The shape of ``model``: recorded, else derived from its base (layer skipping), else a
+    builtin config for a known alias; ProfileError saying to re-profile otherwise."""
+    kept = _kept_layers(model.source)
+    if model.shape is not None:
+        return model.shape
+    if model.base:
+        base = profile.model(model.base)
+        if base is not None and kept is not None:
+            return replace(model_shape(profile, base), layers=kept, parameters=0)
+    if model.source in BUILTIN_SHAPES and kept is None:
+        return BUILTIN_SHAPES[model.source]
+    raise ProfileError(
+        f"model {model.id!r} ({model.source}) has no recorded shape, so its roofline latency cannot be "
+        "modelled; re-profile with this version of `specplan profile` (it records model.config)"
+    )
+
+
+def roofline_profile(profile: Profile, device: DeviceRoof, calibration: Calibration | None = None) -> Profile:
+    """``profile`` with every model's latency replaced by ``device``'s roofline curves.
+
+    One curve per measured context (256 if none was measured); acceptance and retrieval
+    costs are kept. The device is recorded as ``DeviceInfo(kind, name, sku, source=roofline)``.
+    """
+    models = []
+    for model in profile.models:
+        shape = model_shape(profile, model)
+        try:
+            precision = precision_for(model.quant, model.dtype)
+        except ValueError as exc:
+            raise ProfileError(f"model {model.id!r}: {exc}") from None
+        contexts = sorted({curve.context for curve in model.latency}) or [256]
+        curves = tuple(roofline_curve(shape, precision, context, device, calibration) for context in contexts)
+        models.append(replace(model, latency=curves, shape=shape))
+    device_info = DeviceInfo(device.kind, device.name, device.sku, "roofline")
+    return replace(profile, device=device_info, models=tuple(models))
