@@ -17,7 +17,8 @@ import torch
 
 from specplan.drafter_spec import parse_drafter_spec
 from specplan.prompts import spec_bench_split, stratified
-from specplan.runtime.bench import NEAR_TIE, divergence_gap
+from specplan.runtime.bench import divergence_gap
+from specplan.runtime.bench_metrics import NEAR_TIE, first_divergence
 from specplan.runtime.build import build_drafter, eos_ids
 from specplan.runtime.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
@@ -55,7 +56,8 @@ def main() -> None:
             if output == reference:
                 identical[name] += 1
                 continue
-            gap = divergence_gap(target.model, prompt_ids, output, reference)
+            index = first_divergence(reference, output)
+            gap = None if index is None else divergence_gap(target.model, prompt_ids, reference, index)
             if gap is not None and gap < NEAR_TIE:
                 near_ties[name] += 1
             else:

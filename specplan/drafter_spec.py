@@ -2,7 +2,8 @@
 
 Kinds: ``model:MODEL`` (a smaller model sharing the tokenizer), ``layerskip:K`` or
 ``layerskip:0,2,4`` (self-speculation on the target's layers), ``ngram:N`` (prompt lookup),
-``recycle`` and ``cache`` (retrieval tables, planned). No torch here.
+``recycle`` (Token Recycling, arXiv 2408.08696) and ``cache`` (Cacheback, arXiv 2511.21699),
+retrieval tables that take no argument. No torch here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from specplan.errors import DrafterSpecError
 
 KINDS = ("model", "layerskip", "ngram", "recycle", "cache")
-RUNNABLE = ("model", "layerskip", "ngram")
+RUNNABLE = KINDS
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,12 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     'ngram-3'
     >>> parse_drafter_spec("layerskip:0,2,4").id
     'layerskip-0-2-4'
+    >>> parse_drafter_spec("recycle").id, parse_drafter_spec("cache").is_retrieval
+    ('recycle', True)
     """
     kind, _, argument = spec.partition(":")
     kind = kind.strip()
-    usage = "use model:MODEL, layerskip:K, layerskip:0,2,4,..., or ngram:N"
+    usage = "use model:MODEL, layerskip:K, layerskip:0,2,4,..., ngram:N, recycle or cache"
     if kind not in KINDS:
         raise DrafterSpecError(f"unknown drafter spec {spec!r}; {usage}")
     if kind not in RUNNABLE:
@@ -60,6 +63,9 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     elif kind == "layerskip":
         if not re.fullmatch(r"\d+(,\d+)*", argument.replace(" ", "")):
             raise DrafterSpecError(f"drafter spec {spec!r}: use layerskip:K (first K layers) or layerskip:0,2,4")
+    elif kind in ("recycle", "cache"):
+        if argument or ":" in spec:
+            raise DrafterSpecError(f"drafter spec {spec!r}: {kind} takes no argument; write just `{kind}`")
     elif not argument:
         raise DrafterSpecError(f"drafter spec {spec!r} names no model; use model:PATH_OR_ID")
     return DrafterSpec(kind, argument.replace(" ", ""), spec)

@@ -43,7 +43,7 @@ def test_drafter_spec_ids(spec, expected):
     assert parse_drafter_spec(spec).id == expected
 
 
-@pytest.mark.parametrize("spec", ["foo:1", "ngram:x", "ngram:0", "layerskip:a", "model:", "medusa", "recycle"])
+@pytest.mark.parametrize("spec", ["foo:1", "ngram:x", "ngram:0", "layerskip:a", "model:", "medusa", "recycle:3", "cache:x"])
 def test_bad_drafter_specs(spec):
     with pytest.raises(DrafterSpecError):
         parse_drafter_spec(spec)

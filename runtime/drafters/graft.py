@@ -120,9 +120,12 @@ class GraftDrafter:
 
     def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
-        if self.graft_budget >= shape.size:
-            raise TreeError(f"graft_budget {self.graft_budget} must be below the tree's {shape.size} nodes")
+        """The model tree of ``shape`` with up to ``graft_budget`` nodes (fewer in a smaller, capped
+        shape: at most all but the root) given to retrieved tokens."""
         growth = self.model.grow(committed, shape, sampling, generator)
-        retrieval_shape = TreeShape(budget=self.graft_budget + 1, depth=shape.max_depth)
+        budget = min(self.graft_budget, shape.size - 1)
+        if budget < 1:
+            return growth.draft_tree()
+        retrieval_shape = TreeShape(budget=budget + 1, depth=shape.max_depth)
         retrieved = self.retrieval.propose_tree(committed, retrieval_shape, sampling, generator)
         return graft(growth, retrieved, shape.size)

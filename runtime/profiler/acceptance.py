@@ -74,10 +74,14 @@ class AcceptanceCounter:
 
 @torch.inference_mode()
 def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_ids: Sequence[int],
-                 output_ids: Sequence[int], device: torch.device) -> None:
-    """One teacher-forced drafter forward over prompt + output; count matches and ranks."""
+                 output_ids: Sequence[int], device: torch.device) -> torch.Tensor:
+    """One teacher-forced drafter forward over prompt + output; count matches and ranks.
+
+    Returns the drafter's top-``width`` tokens at each output position, long [output, width]
+    (the model's siblings that retrieval grafts are measured beside).
+    """
     if not output_ids:
-        return
+        return torch.zeros(0, counter.width, dtype=torch.long)
     ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=device)  # [1, len]
     logits = drafter(input_ids=ids, use_cache=False).logits[0].float()  # [len, vocab]
     start = len(prompt_ids) - 1
@@ -88,6 +92,7 @@ def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_id
     ranks = torch.where(hits.any(-1), hits.float().argmax(-1), torch.full((len(output_ids),), -1)).tolist()
     counter.add_matches([rank == 0 for rank in ranks])
     counter.add_ranks(ranks)
+    return top
 
 
 def replay_ngram(counter: AcceptanceCounter, max_ngram: int, prompt_ids: Sequence[int],
