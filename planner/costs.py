@@ -71,9 +71,7 @@ def _acceptance(profile: Profile, drafter: str, verifier: str, options: PlanOpti
 
 def _tree(model: CostModel, entry: AcceptanceEntry, options: PlanOptions, messages: list[str]) -> TreeChoice | None:
     drafter, verifier = entry.drafter, entry.verifier
-    accept = entry.rank_accept
-    if drafter in model.call_ms and entry.retrieval_rank_accept:
-        accept = entry.retrieval_rank_accept
+    accept = entry.rank_accept  # the drafter's own ranked children; retrieval_rank_accept is for grafts only
     if not accept:
         messages.append(f"{drafter} -> {verifier} has no rank_accept: its tree stage is skipped")
         return None

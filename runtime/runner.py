@@ -35,7 +35,7 @@ class PlanRunner:
         quiet_transformers()
         kind = profile.device.kind
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
-        target = load_model(profile.target.source, profile.target.dtype, str(device))
+        target = load_model(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_contract(plan, profile, profile_path, describe_device(device), target.fingerprint, force)
         engine = build_engine(plan, profile, target, device)
         plain = SpeculativeEngine(target.model, device, eos_ids(target))

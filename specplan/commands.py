@@ -17,7 +17,7 @@ from specplan.yamlio import file_sha256
 DEFAULT_DRAFTERS = ("ngram:2", "ngram:3", "ngram:5", "layerskip:20", "layerskip:26")
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue, then repeat the key reason in one line."
 # Shapes the runtime executes in this version; the planner searches only these.
-RUNTIME_SHAPES = ("sequence",)
+RUNTIME_SHAPES = ("sequence", "tree")
 RUNTIME_MAX_STAGES = 1
 
 
@@ -27,9 +27,9 @@ def _resolve_dtype(dtype: str) -> str:
 
 def command_profile(args) -> int:
     specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
-    for quant in args.quant or ["none"]:
-        if quant != "none":
-            raise SpecplanError(f"--quant {quant} is not available in this version yet; profile with --quant none")
+    from specplan.quant.methods import normalize_quants
+
+    quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (README, "4-bit targets")
     if args.limit is not None and args.limit < 1:
         raise SpecplanError("--limit must be at least 1")
     prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("calibration")
@@ -42,11 +42,16 @@ def command_profile(args) -> int:
 
     quiet_transformers()
     device = pick_device(args.device)
-    target = load_model(args.target, _resolve_dtype(args.dtype), str(device))
     settings = ProfileSettings.quick() if args.quick else ProfileSettings()
     if args.prompts:
         settings = ProfileSettings(**{**settings.__dict__, "prompts_label": str(args.prompts)})
-    profile = run_profile(target, specs, prompts, device, settings)
+    if quants == ["none"]:
+        target = load_model(args.target, _resolve_dtype(args.dtype), str(device))
+        profile = run_profile(target, specs, prompts, device, settings)
+    else:
+        from specplan.quant.variants import profile_variants
+
+        profile = profile_variants(args.target, quants, specs, prompts, device, settings, _resolve_dtype(args.dtype))
     save_profile(profile, args.output)
     print(f"specplan: wrote {args.output}")
     if not args.no_plan:
@@ -155,5 +160,11 @@ def command_export(args) -> int:
 
 def command_bench(args) -> int:
     from specplan.runtime.bench_command import command_bench as run
+
+    return run(args)
+
+
+def command_quantize(args) -> int:
+    from specplan.quant.command import command_quantize as run
 
     return run(args)
