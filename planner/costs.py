@@ -48,6 +48,8 @@ def _ordered_models(profile: Profile, options: PlanOptions, messages: list[str])
     context = options.context if options.context is not None else getattr(target_curve, "context", None)
     tables: dict[str, LatencyTable] = {}
     for model in profile.models:
+        if model.role == "variant":
+            continue  # another precision of the target, profiled for comparison only (not a drafter)
         table = latency_table(model, context, options.table_size)
         if table is None:
             messages.append(f"model {model.id!r} has no latency curve: skipped (re-profile it to use it)")

@@ -114,12 +114,22 @@ def fingerprint(model_dir: str) -> str:
     return "sha256:" + digest.hexdigest()[:32]
 
 
-def load_model(source: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
-    """Load MODEL for inference (eval mode, sdpa attention) on ``device``."""
+def load_model(source: str, dtype: str = "float32", device: str = "cpu", quant: str = "none") -> LoadedModel:
+    """Load MODEL for inference (eval mode, sdpa attention) on ``device``.
+
+    ``quant`` is a profile entry's quant field: ``none`` (the default) loads the weights as
+    they are; ``nf4`` or ``gptq-w4g64`` loads that 4-bit variant through
+    :func:`specplan.quant.load.load_quantized` (quantizing once into the cache if needed).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if quant not in ("", "none"):
+        from specplan.quant.load import load_quantized
+        from specplan.quant.methods import method_of_label
+
+        return load_quantized(source, method_of_label(quant).name, dtype, device)
     model_dir = resolve_model_dir(source)
     local = Path(model_dir).is_dir()
     try:
@@ -146,3 +156,13 @@ def quiet_transformers() -> None:
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()
+    quiet_quant_backends()
+
+
+def quiet_quant_backends() -> None:
+    """Hide import-time warnings of the 4-bit backends' dependencies: torchao (pulled in by
+    gptqmodel; transformers imports it on every load) and bitsandbytes' optional ``kernels``."""
+    import logging as std_logging
+
+    for name in ("torchao", "torch.utils._pytree", "bitsandbytes"):
+        std_logging.getLogger(name).setLevel(std_logging.ERROR)

