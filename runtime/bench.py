@@ -1,136 +1,223 @@
-"""``specplan bench``: a plan against plain decoding of the same weights, in one run.
+"""``specplan bench``: a plan against plain decoding, the transformers peers and the grid of
+configurations the planner could have chosen, in one run on the same weights, dtype,
+threads, prompts and max-new-tokens.
 
-Methods are interleaved prompt by prompt (plan, plain, plan, plain ...) after a warm-up so
-that machine drift cancels. Reported per prompt and per category: new tokens, tokens/s,
-speedup over plain, mean accepted tokens per target forward (bonus included, Spec-Bench's
-definition), and the lossless check: identical tokens to plain decoding, or, where they
-differ, whether the first divergence is a numerical near-tie (top-2 logit gap of the
-target at that point below ``NEAR_TIE``) as low-precision arithmetic can produce.
+Methods are interleaved prompt by prompt (A B C, then B C A, ...) after a warm-up, so that
+machine drift and position in the cycle cancel. Metrics are defined in
+:mod:`.bench_metrics`; the grid and its predictions in :mod:`.bench_grid`; plan quality in
+:mod:`.bench_quality`; the report in :mod:`.bench_report`. Reference: Spec-Bench (Xia et
+al., arXiv 2401.07851) for the categories and the accepted-length definition.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-from collections import defaultdict
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+import datetime
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+import transformers
 from tqdm import tqdm
 
+from specplan.drafter_spec import parse_drafter_spec
+from specplan.planner.latency import interpolate, nearest_curve
 from specplan.prompts import Prompt
+from specplan.runtime.bench_grid import GRID_GAMMAS, GridPoint, grid_points, plan_configuration, predicted_costs
+from specplan.runtime.bench_methods import EngineMethod, Method
+from specplan.runtime.bench_metrics import LosslessCheck, Measurement, Row, check_lossless
+from specplan.runtime.bench_quality import measured_terms, plan_quality
+from specplan.runtime.bench_report import BenchReport
+from specplan.runtime.build import build_drafter, drafter_source, eos_ids
 from specplan.runtime.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.peers import build_peers
 
-NEAR_TIE = 0.5  # logits: a bf16 forward over n tokens differs from n decode steps by up to ~0.1-0.3
+BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", "grid")
+DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
 
 
 @dataclass(frozen=True)
-class PromptRow:
-    prompt_id: str
-    category: str
-    new_tokens: int
-    plan_tokens_per_s: float
-    plain_tokens_per_s: float
-    speedup: float
-    mean_accepted: float
-    identical: bool
-    divergence_gap: float | None  # target's top-2 logit gap at the first differing token
+class BenchSettings:
+    """What to run. ``grid_*``: the grid's gammas, how many of the prompts it uses (the first
+    ones, which the stratified order spreads over categories), and the slowest predicted
+    speedup over plain decoding worth measuring."""
 
-
-@dataclass
-class BenchReport:
-    plan_summary: str
-    predicted_tokens_per_s: float
-    predicted_speedup: float
-    dtype: str
-    device: str
-    rows: list[PromptRow] = field(default_factory=list)
-
-    def categories(self) -> dict[str, list[PromptRow]]:
-        grouped: dict[str, list[PromptRow]] = defaultdict(list)
-        for row in self.rows:
-            grouped[row.category].append(row)
-        return dict(grouped)
-
-    @staticmethod
-    def aggregate(rows: list[PromptRow]) -> dict:
-        """Totals: tokens/s as total tokens over total seconds; speedup = ratio of those."""
-        tokens = sum(r.new_tokens for r in rows)
-        plan_seconds = sum(r.new_tokens / r.plan_tokens_per_s for r in rows if r.plan_tokens_per_s)
-        plain_seconds = sum(r.new_tokens / r.plain_tokens_per_s for r in rows if r.plain_tokens_per_s)
-        return {
-            "prompts": len(rows),
-            "new_tokens": tokens,
-            "plan_tokens_per_s": tokens / plan_seconds if plan_seconds else 0.0,
-            "plain_tokens_per_s": tokens / plain_seconds if plain_seconds else 0.0,
-            "speedup": plain_seconds / plan_seconds if plan_seconds else 0.0,
-            "median_speedup": statistics.median(r.speedup for r in rows),
-            "mean_accepted": statistics.fmean(r.mean_accepted for r in rows),
-            "identical": sum(r.identical for r in rows),
-            "near_ties": sum(1 for r in rows if not r.identical and r.divergence_gap is not None and r.divergence_gap < NEAR_TIE),
-        }
-
-    def markdown(self) -> str:
-        overall = self.aggregate(self.rows)
-        lines = [
-            f"plan: {self.plan_summary} ({self.dtype}, {self.device}); predicted {self.predicted_tokens_per_s:.1f} tok/s, "
-            f"{self.predicted_speedup:.2f}x",
-            "",
-            "| category | prompts | plan tok/s | plain tok/s | speedup | accepted/forward | identical | near-ties |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for name, rows in sorted(self.categories().items()) + [("all", self.rows)]:
-            a = self.aggregate(rows)
-            lines.append(f"| {name} | {a['prompts']} | {a['plan_tokens_per_s']:.1f} | {a['plain_tokens_per_s']:.1f} | "
-                         f"{a['speedup']:.2f}x | {a['mean_accepted']:.2f} | {a['identical']}/{a['prompts']} | {a['near_ties']} |")
-        lines.append("")
-        lines.append(f"measured speedup {overall['speedup']:.2f}x (predicted {self.predicted_speedup:.2f}x); "
-                     f"{overall['identical']}/{overall['prompts']} outputs token-identical to plain decoding, "
-                     f"{overall['near_ties']} of the others diverge at a near-tie (top-2 gap < {NEAR_TIE})")
-        return "\n".join(lines)
-
-    def write(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "report.md").write_text(self.markdown() + "\n")
-        document = {k: v for k, v in asdict(self).items() if k != "rows"}
-        document["rows"] = [asdict(r) for r in self.rows]
-        document["overall"] = self.aggregate(self.rows)
-        document["categories"] = {name: self.aggregate(rows) for name, rows in self.categories().items()}
-        (folder / "report.json").write_text(json.dumps(document, indent=2))
+    max_new_tokens: int = 128
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    grid_gammas: tuple[int, ...] = GRID_GAMMAS
+    grid_limit: int = 4
+    grid_min_speedup: float = 0.5
+    warmup_tokens: int = 8
+    assistant: str | None = None  # profile id of a drafter network for hf-assisted when the plan has none
 
 
 @torch.inference_mode()
-def divergence_gap(model: torch.nn.Module, prompt_ids: list[int], first: list[int], second: list[int]) -> float | None:
-    """Top-2 logit gap of ``model`` at the first index where two outputs differ (None if one is a prefix)."""
-    index = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), None)
-    if index is None:
-        return None
+def divergence_gap(model: torch.nn.Module, prompt_ids: list[int], reference: Sequence[int], index: int) -> float:
+    """The target's top-2 logit gap after ``prompt_ids + reference[:index]`` (one full forward)."""
     device = next(model.parameters()).device
-    ids = torch.tensor([prompt_ids + first[:index]], device=device)
-    logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()
+    ids = torch.tensor([list(prompt_ids) + list(reference[:index])], device=device)  # [1, length]
+    logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()  # [vocab]
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 
 
-def run_bench(runner, prompts: list[Prompt], max_new_tokens: int) -> BenchReport:
-    """Measure ``runner``'s plan against plain decoding on ``prompts``, interleaved."""
-    sampling = SamplingConfig()
-    warm = encode_prompt(runner.target.tokenizer, prompts[0].text)
-    runner.generate(warm, 8, sampling)
-    runner.generate(warm, 8, sampling, plain=True)
-    report = BenchReport(runner.plan.summary(), runner.plan.predicted.tokens_per_s, runner.plan.predicted.speedup,
-                         runner.target.dtype, str(runner.device))
-    for prompt in tqdm(prompts, desc="bench: plan vs plain", unit="prompt"):
-        prompt_ids = encode_prompt(runner.target.tokenizer, prompt.text)
-        planned = runner.generate(prompt_ids, max_new_tokens, sampling)
-        plain = runner.generate(prompt_ids, max_new_tokens, sampling, plain=True)
-        identical = list(planned.token_ids) == list(plain.token_ids)
-        gap = None if identical else divergence_gap(runner.target.model, prompt_ids, list(planned.token_ids), list(plain.token_ids))
-        report.rows.append(PromptRow(
-            prompt.prompt_id, prompt.category, len(planned.token_ids), planned.tokens_per_s, plain.tokens_per_s,
-            planned.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else 0.0, planned.mean_accepted,
-            identical, gap,
-        ))
+def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, costs: dict, notes: list[str]) -> list[Method]:
+    """The plan first, then the baselines asked for (``plain`` always: it is the reference)."""
+    methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
+    if "plain-runtime" in settings.baselines:
+        methods.append(EngineMethod("plain-runtime", "plain", runner.plain, sampling, "specplan's runtime, the target alone"))
+    peers = [name for name in ("plain", "hf-assisted", "hf-lookup") if name in settings.baselines or name == "plain"]
+    methods += build_peers(peers, runner, sampling, costs, notes, settings.assistant)
+    return methods
+
+
+def warm_up(methods: Sequence[Method], prompt_ids: list[int], tokens: int) -> None:
+    for method in methods:
+        method.run(prompt_ids, tokens)
+
+
+def interleave(methods: Sequence[Method], encoded: Sequence[tuple[Prompt, list[int]]], max_new_tokens: int,
+               reference: str, target: torch.nn.Module, sampling: SamplingConfig,
+               predicted: dict[str, float], desc: str) -> list[Row]:
+    """Run every method on every prompt, rotating the order per prompt; check each against ``reference``."""
+    rows: list[Row] = []
+    for index, (prompt, prompt_ids) in enumerate(tqdm(encoded, desc=desc, unit="prompt")):
+        shift = index % len(methods)
+        results: dict[str, Measurement] = {m.name: m.run(prompt_ids, max_new_tokens) for m in [*methods[shift:], *methods[:shift]]}
+        base = results[reference]
+        gaps: dict[int, float] = {}
+
+        def gap_at(position: int) -> float:
+            if position not in gaps:
+                gaps[position] = divergence_gap(target, prompt_ids, base.token_ids, position)
+            return gaps[position]
+
+        for method in methods:
+            result = results[method.name]
+            check = None
+            if sampling.greedy:
+                check = LosslessCheck(True) if method.name == reference else check_lossless(base.token_ids, result.token_ids, gap_at)
+            speedup = result.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
+            rows.append(Row(prompt.prompt_id, prompt.category, method.name, result, check, speedup, predicted.get(method.name)))
+    return rows
+
+
+def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig) -> list[EngineMethod]:
+    built: dict[str, object] = {}
+    methods = []
+    plan_config = plan_configuration(runner.plan)
+    for point in points:
+        if point.drafter is None:
+            engine = runner.plain
+        elif (point.drafter, point.gamma) == plan_config:
+            engine = runner.engine
+        else:
+            if point.drafter not in built:
+                spec = parse_drafter_spec(drafter_source(runner.profile, point.drafter))
+                built[point.drafter] = build_drafter(spec, runner.target, runner.device).drafter
+            engine = SpeculativeEngine(runner.target.model, runner.device, eos_ids(runner.target),
+                                       built[point.drafter], point.gamma)
+        methods.append(EngineMethod(point.name, "grid", engine, sampling, point.summary, point.drafter, point.gamma))
+    return methods
+
+
+def run_grid(runner, report: BenchReport, encoded, settings: BenchSettings, sampling: SamplingConfig, latency) -> None:
+    """Measure the grid's points on the first ``grid_limit`` prompts; fill ``report.grid*``."""
+    points, notes = grid_points(runner.plan, runner.profile, settings.grid_gammas)
+    plain = next(p for p in points if "plain" in p.roles).predicted.tokens_per_s
+    kept = [p for p in points if {"plan", "plain", "alternative"} & set(p.roles)
+            or p.predicted.tokens_per_s >= settings.grid_min_speedup * plain]
+    slow = [p for p in points if p not in kept]
+    if slow:
+        notes.append(f"{len(slow)} grid point(s) predicted below {settings.grid_min_speedup}x plain decoding were not "
+                     f"measured (--grid-min-speedup): " + ", ".join(f"{p.name} ({p.predicted.tokens_per_s / plain:.2f}x)" for p in slow))
+    report.notes.extend(notes)
+    methods = _grid_methods(runner, kept, sampling)
+    subset = list(encoded[: settings.grid_limit])
+    warm_up(methods, subset[0][1], settings.warmup_tokens)
+    predicted = {p.name: p.predicted.tokens_per_s for p in kept}
+    report.grid_reference = "plain-runtime"
+    report.grid_rows = interleave(methods, subset, settings.max_new_tokens, "plain-runtime", runner.target.model,
+                                  sampling, predicted, "bench: grid")
+    for point in kept:
+        measurements = [r.measurement for r in report.grid_rows if r.method == point.name]
+        report.grid[point.name] = {"point": point, "measured": measured_terms(measurements, latency)}
+
+
+def _meta(runner, settings: BenchSettings, prompts: Sequence[Prompt], command: str, prompt_source: str,
+          load_start: tuple[float, ...]) -> dict:
+    plan = runner.plan
+    return {
+        "plan_path": getattr(runner, "plan_path", ""), "plan_summary": plan.summary(),
+        "predicted_tokens_per_s": plan.predicted.tokens_per_s, "predicted_speedup": plan.predicted.speedup,
+        "predicted_accepted": plan.predicted.accepted_per_target_forward,
+        "target_source": runner.profile.target.source, "dtype": runner.target.dtype, "device": str(runner.device),
+        "threads": torch.get_num_threads(), "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
+        "prompt_source": prompt_source, "temperature": plan.temperature, "baselines": list(settings.baselines),
+        "grid_gammas": list(settings.grid_gammas), "grid_limit": settings.grid_limit,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "torch": torch.__version__, "transformers": transformers.__version__, "command": command,
+        "load_average_start": [round(v, 2) for v in load_start],
+    }
+
+
+def _quality(report: BenchReport, plan, costs: dict, latency) -> dict:
+    """Plan quality from the main phase (prediction) and the grid (choice)."""
+    config = plan_configuration(plan)
+    plan_name = None
+    if config is not None:
+        plan_name = "plain-runtime" if config[0] is None else f"{config[0]}/g{config[1]}"
+    grid = {name: {"predicted": entry["point"].predicted, "measured": entry["measured"]}
+            for name, entry in report.grid.items()}
+    plan_rows = [r.measurement for r in report.rows if r.method == "plan"]
+    return plan_quality(plan.summary(), costs.get(config) if config else None, measured_terms(plan_rows, latency),
+                        grid, plan_name, _plain(report, costs, latency))
+
+
+def _plain(report: BenchReport, costs: dict, latency) -> tuple | None:
+    """The runtime's plain decoding, predicted and measured (main phase, else the grid), if it ran."""
+    for rows in (report.rows, report.grid_rows):
+        measurements = [r.measurement for r in rows if r.method == "plain-runtime"]
+        if measurements and (None, 0) in costs:
+            return costs[None, 0], measured_terms(measurements, latency)
+    return None
+
+
+def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, methods: Sequence[Method] | None = None,
+              command: str = "", prompt_source: str = "") -> BenchReport:
+    """Measure ``runner``'s plan against the baselines on ``prompts``; return the report (no plots)."""
+    load_start = os.getloadavg()
+    plan, profile = runner.plan, runner.profile
+    sampling = SamplingConfig(temperature=plan.temperature)
+    notes: list[str] = []
+    costs, _ = predicted_costs(profile, plan.temperature, tuple(range(1, 9)))
+    if methods is None:
+        methods = build_methods(runner, settings, sampling, costs, notes)
+    names = [m.name for m in methods]
+    reference = "plain" if "plain" in names else "plain-runtime"
+    curve = nearest_curve(profile.target, None)
+    latency = (lambda n: interpolate(curve, n).ms) if curve is not None else (lambda n: float("nan"))
+    predicted = {"plan": plan.predicted.tokens_per_s}
+    if curve is not None:
+        predicted["plain-runtime"] = 1000.0 / latency(1)
+    encoded = [(prompt, encode_prompt(runner.target.tokenizer, prompt.text)) for prompt in prompts]
+    warm_up(methods, encoded[0][1], settings.warmup_tokens)
+    rows = interleave(methods, encoded, settings.max_new_tokens, reference, runner.target.model, sampling,
+                      predicted, "bench: " + " ".join(names))
+    report = BenchReport(_meta(runner, settings, prompts, command, prompt_source, load_start),
+                         [{"name": m.name, "kind": m.kind, "description": m.description,
+                           "settings": getattr(m, "settings", {})} for m in methods], reference, rows, notes=notes)
+    if not sampling.greedy:
+        notes.append("temperature > 0: outputs are samples, so the token-identity check does not apply "
+                     "(the runtime's rejection sampling is checked statistically by the tests)")
+    if "grid" in settings.baselines:
+        run_grid(runner, report, encoded, settings, sampling, latency)
+    report.meta["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
+    if runner.target.dtype != "float32":
+        notes.append(f"{runner.target.dtype}: a forward over n tokens is not bit-identical to n one-token forwards, and "
+                     "the runtime prefills all but the last prompt token before decoding, so its outputs (plain-runtime "
+                     "included) may part from transformers' at numerical near-ties; float32 runs are token-identical")
+    report.quality = _quality(report, plan, costs, latency)
     return report

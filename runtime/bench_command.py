@@ -1,7 +1,8 @@
-"""``specplan bench PLAN``: argument checks, prompts, the run, the report."""
+"""``specplan bench PLAN``: argument checks, prompts, the run, the report and its plots."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -9,23 +10,95 @@ from specplan.errors import SpecplanError
 from specplan.prompts import read_prompts, spec_bench_split, stratified
 
 
+def _baselines(text: str) -> tuple[str, ...]:
+    from specplan.runtime.bench import BASELINES
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in BASELINES]
+    if unknown:
+        raise SpecplanError(f"unknown baseline(s) {', '.join(unknown)}; choose from {','.join(BASELINES)}")
+    return names
+
+
+def _gammas(text: str) -> tuple[int, ...]:
+    try:
+        if "-" in text and "," not in text:
+            low, high = (int(part) for part in text.split("-", 1))
+            gammas = tuple(range(low, high + 1))
+        else:
+            gammas = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecplanError(f"--grid-gammas {text!r} must be a range like 2-8 or a list like 2,4,8") from None
+    if not gammas or min(gammas) < 1 or max(gammas) > 16:
+        raise SpecplanError(f"--grid-gammas {text!r} must name draft lengths between 1 and 16")
+    return gammas
+
+
+def _assistant(profile, name: str | None) -> str | None:
+    """A profile drafter network's id from --assistant ID or SPEC."""
+    if name is None:
+        return None
+    for model in profile.models:
+        if model.role != "target" and name in (model.id, model.source):
+            return model.id
+    networks = [m.id for m in profile.models if m.role != "target"]
+    raise SpecplanError(f"--assistant {name!r} is not a drafter network of the profile; choose one of: "
+                        f"{', '.join(networks) or 'none (profile with --drafter layerskip:K or model:MODEL)'}")
+
+
+def _command_line(args) -> str:
+    """The command, rebuilt from the parsed arguments (every setting explicit), for the report."""
+    parts = ["specplan", "bench", args.plan]
+    if args.prompts:
+        parts += ["--prompts", args.prompts]
+    parts += ["--limit", args.limit, "--max-new-tokens", args.max_new_tokens, "--baselines", args.baselines]
+    if "grid" in args.baselines:
+        parts += ["--grid-gammas", args.grid_gammas, "--grid-limit", args.grid_limit,
+                  "--grid-min-speedup", args.grid_min_speedup]
+    for flag, value in (("--assistant", args.assistant), ("--report", args.report)):
+        if value:
+            parts += [flag, value]
+    parts += [flag for flag, on in (("--no-plots", args.no_plots), ("--force", args.force)) if on]
+    return " ".join(shlex.quote(str(part)) for part in parts)
+
+
 def command_bench(args) -> int:
     from specplan.commands import load_plan_and_profile
-    from specplan.runtime.bench import run_bench
+
+    if args.limit < 1 or args.max_new_tokens < 1 or args.grid_limit < 1:
+        raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
+    baselines = _baselines(args.baselines)
+    gammas = _gammas(args.grid_gammas)
+    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    assistant = _assistant(profile, args.assistant)
+    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
+    source = str(args.prompts) if args.prompts else "Spec-Bench evaluation split"
+    prompts = stratified(prompts, args.limit)
+    plots = bool(args.report) and not args.no_plots
+    if plots:
+        from specplan.runtime.plots import require_matplotlib
+
+        require_matplotlib()  # fail before the long run, not after it
+
+    from specplan.runtime.bench import BenchSettings, run_bench
+    from specplan.runtime.models import quiet_transformers
     from specplan.runtime.runner import PlanRunner
 
-    if args.limit < 1 or args.max_new_tokens < 1:
-        raise SpecplanError("--limit and --max-new-tokens must be at least 1")
-    unknown = [b for b in args.baselines.split(",") if b and b != "plain"]
-    if unknown:
-        raise SpecplanError(f"unknown baseline(s) {', '.join(unknown)}; this version measures: plain")
-    plan, profile, profile_path = load_plan_and_profile(args.plan)
-    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
-    prompts = stratified(prompts, args.limit)
+    quiet_transformers()
+    settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
+                             grid_limit=args.grid_limit, grid_min_speedup=args.grid_min_speedup, assistant=assistant)
     runner = PlanRunner.open(plan, profile, profile_path, force=args.force)
-    report = run_bench(runner, prompts, args.max_new_tokens)
-    print(report.markdown())
+    command = _command_line(args)
+    report = run_bench(runner, prompts, settings, command=command, prompt_source=source)
+    report.meta["plan_path"] = str(args.plan)
     if args.report:
-        report.write(Path(args.report))
-        print(f"specplan: wrote {args.report}/report.md and report.json", file=sys.stderr)
+        folder = Path(args.report)
+        if plots:
+            from specplan.runtime.plots import write_plots
+
+            report.plots = write_plots(report, profile, plan, folder)
+        report.write(folder)
+        print(f"specplan: wrote {folder}/report.md, report.json" + (f" and {len(report.plots)} plots" if plots else ""),
+              file=sys.stderr)
+    print(report.markdown())
     return 0

@@ -1,0 +1,189 @@
+"""The bench's per-prompt measurements, the lossless check and the per-category aggregates.
+
+Terms (defined once; Spec-Bench, arXiv 2401.07851):
+
+- *tokens/s*: new tokens over wall seconds of the whole call, prefill included. Aggregates
+  divide total tokens by total seconds (a long prompt weighs by its tokens, not once).
+- *speedup*: a method's tokens/s over `plain`'s on the same prompts, measured in the same run.
+- *accepted per target forward*: committed tokens per forward of the target that commits
+  tokens, bonus included (plain decoding: 1.0).
+- *overhead*: the share of wall time spent outside model forwards (target and drafter
+  networks): bookkeeping, verification, retrieval lookups, generation loops.
+- *lossless*: the output is token-identical to the reference (`plain`). In bfloat16 / float16
+  a forward over n tokens is not bit-identical to n decode steps, so an output may part from
+  the reference at a numerical near-tie: the target's top-2 logit gap at the first divergence
+  below ``NEAR_TIE``. In float32 every divergence is a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+NEAR_TIE = 0.5  # logits: a bf16 forward over n tokens differs from n decode steps by up to ~0.1-0.3
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One generation by one method on one prompt, with its forward-time split."""
+
+    token_ids: tuple[int, ...]  # [new_tokens] generated ids, EOS included when it stopped there
+    seconds: float  # wall time of the call, prefill included
+    target_forwards: int  # forwards of the target that committed tokens (a runtime prefill commits none)
+    forward_seconds: float  # inside model forwards (target and drafter networks), prefill included
+    prefill_seconds: float | None = None  # the target's forward over the prompt; None: not separable
+    draft_seconds: float | None = None  # drafting (drafter forwards, lookups), runtime methods only
+    verify_forward_seconds: float | None = None  # target forwards after the prefill, runtime methods only
+    verify_widths: tuple[int, ...] = ()  # [target_forwards] new tokens in each verify forward (runtime)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_seconds(self) -> float | None:
+        """Wall time after the prefill (what the planner's ms-per-token prediction covers)."""
+        return None if self.prefill_seconds is None else self.seconds - self.prefill_seconds
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def overhead_share(self) -> float:
+        return max(0.0, 1.0 - self.forward_seconds / self.seconds) if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class LosslessCheck:
+    """An output against the reference: where they first differ and the target's top-2 gap there."""
+
+    identical: bool
+    index: int | None = None  # first differing position (the shorter length when one is a prefix)
+    gap: float | None = None  # target's top-2 logit gap after the common prefix (None: not computed)
+
+    @property
+    def near_tie(self) -> bool:
+        return not self.identical and self.gap is not None and self.gap < NEAR_TIE
+
+
+def first_divergence(reference: Sequence[int], output: Sequence[int]) -> int | None:
+    """Index of the first differing token; the shorter length when one is a strict prefix; None if equal.
+
+    >>> first_divergence([1, 2, 3], [1, 2, 3]) is None
+    True
+    >>> first_divergence([1, 2, 3], [1, 5, 3])
+    1
+    >>> first_divergence([1, 2, 3], [1, 2])
+    2
+    """
+    for index, (a, b) in enumerate(zip(reference, output)):
+        if a != b:
+            return index
+    if len(reference) != len(output):
+        return min(len(reference), len(output))
+    return None
+
+
+def check_lossless(reference: Sequence[int], output: Sequence[int],
+                   gap_at: Callable[[int], float | None] | None = None) -> LosslessCheck:
+    """Compare ``output`` with ``reference``; ``gap_at(index)`` gives the target's top-2 gap there."""
+    index = first_divergence(reference, output)
+    if index is None:
+        return LosslessCheck(True)
+    return LosslessCheck(False, index, gap_at(index) if gap_at is not None else None)
+
+
+def lossless_verdict(checks: Sequence[LosslessCheck], dtype: str) -> tuple[bool, str]:
+    """Pass iff every output is identical (float32), or every divergence is a near-tie (lower precision)."""
+    different = [c for c in checks if not c.identical]
+    if not different:
+        return True, f"{len(checks)}/{len(checks)} identical"
+    ties = sum(c.near_tie for c in different)
+    text = f"{len(checks) - len(different)}/{len(checks)} identical, {ties} near-tie divergence(s)"
+    if dtype == "float32":
+        return False, text + "; float32 must be token-identical"
+    if ties < len(different):
+        return False, text + f", {len(different) - ties} divergence(s) with a top-2 gap >= {NEAR_TIE}"
+    return True, text + f" (top-2 gap < {NEAR_TIE}, {dtype} arithmetic)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (prompt, method) result as reported."""
+
+    prompt_id: str
+    category: str
+    method: str
+    measurement: Measurement
+    check: LosslessCheck | None  # None: not checked (sampling)
+    speedup: float  # tokens/s over the baseline's on this prompt
+    predicted_tokens_per_s: float | None = None
+
+    def to_dict(self) -> dict:
+        m = self.measurement
+        decode = m.decode_seconds
+        return {
+            "prompt_id": self.prompt_id, "category": self.category, "method": self.method,
+            "new_tokens": m.new_tokens, "seconds": round(m.seconds, 4), "tokens_per_s": round(m.tokens_per_s, 3),
+            "decode_tokens_per_s": round(m.new_tokens / decode, 3) if decode else None,
+            "speedup": round(self.speedup, 4), "target_forwards": m.target_forwards,
+            "mean_accepted": round(m.mean_accepted, 4), "overhead_share": round(m.overhead_share, 4),
+            "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None else round(self.predicted_tokens_per_s, 3),
+            "identical": None if self.check is None else self.check.identical,
+            "divergence_index": None if self.check is None else self.check.index,
+            "divergence_gap": None if self.check is None else finite_or_none(self.check.gap),
+            "near_tie": None if self.check is None else self.check.near_tie, "token_ids": list(m.token_ids),
+        }
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def aggregate(rows: Sequence[Row], baseline_rows: Sequence[Row], dtype: str) -> dict:
+    """Totals of one method over some prompts, against the baseline's rows on the same prompts."""
+    if not rows:
+        return {"prompts": 0}
+    tokens = sum(r.measurement.new_tokens for r in rows)
+    seconds = sum(r.measurement.seconds for r in rows)
+    forwards = sum(r.measurement.target_forwards for r in rows)
+    inside = sum(r.measurement.forward_seconds for r in rows)
+    prompts = {r.prompt_id for r in rows}
+    base = [r for r in baseline_rows if r.prompt_id in prompts]
+    base_rate = sum(r.measurement.new_tokens for r in base) / sum(r.measurement.seconds for r in base) if base else 0.0
+    rate = tokens / seconds if seconds > 0 else 0.0
+    speedups = [r.speedup for r in rows]
+    low, high = _quartiles(speedups)
+    checks = [r.check for r in rows if r.check is not None]
+    ok, verdict = lossless_verdict(checks, dtype) if checks else (None, "not checked")
+    return {
+        "prompts": len(rows), "new_tokens": tokens, "seconds": round(seconds, 3),
+        "tokens_per_s": round(rate, 3),
+        "median_tokens_per_s": round(statistics.median(r.measurement.tokens_per_s for r in rows), 3),
+        "speedup": round(rate / base_rate, 4) if base_rate else None,
+        "median_speedup": round(statistics.median(speedups), 4),
+        "speedup_quartiles": [round(low, 4), round(high, 4)],
+        "speedup_range": [round(min(speedups), 4), round(max(speedups), 4)],
+        "mean_accepted": round(tokens / forwards, 4) if forwards else None,
+        "overhead_share": round(max(0.0, 1.0 - inside / seconds), 4) if seconds > 0 else None,
+        "identical": sum(c.identical for c in checks),
+        "near_ties": sum(c.near_tie for c in checks),
+        "lossless": ok, "lossless_detail": verdict,
+    }
+
+
+def finite_or_none(value: float | None, digits: int = 4) -> float | None:
+    """JSON-safe rounding: None for None, NaN or infinity."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, digits)

@@ -1,0 +1,182 @@
+"""``specplan bench`` on a tiny random model (2 prompts): the report's structure, and that the
+lossless check, the plan-quality verdict and the plots' dependency check can fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+import torch
+
+from specplan.cli import main
+from specplan.plan import load_plan
+from specplan.profile import AcceptanceEntry, LatencyCurve, ModelEntry, Profile, RetrievalEntry, load_profile, save_profile
+from specplan.runtime.bench_grid import CostTerms, grid_points
+from specplan.runtime.bench_metrics import LosslessCheck, check_lossless, first_divergence, lossless_verdict
+from specplan.runtime.bench_quality import plan_quality, term_effects
+
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+METHODS = {"plan", "plain", "plain-runtime", "hf-assisted", "hf-lookup"}
+
+
+def tiny_profile(model_dir: str) -> Profile:
+    """A made-up profile of the tiny model in which layerskip-2 is the best drafter (no measuring)."""
+    from specplan.runtime.models import fingerprint
+    from specplan.runtime.profiler.device import describe_device
+
+    def curve(base: float) -> tuple[LatencyCurve, ...]:
+        return (LatencyCurve(256, WIDTHS, tuple(base * (1 + 0.02 * n) for n in WIDTHS)),)
+
+    return Profile(
+        device=describe_device(torch.device("cpu")),
+        models=(ModelEntry("target", model_dir, fingerprint(model_dir), dtype="float32", role="target", latency=curve(2.0)),
+                ModelEntry("layerskip-2", "layerskip:2", "", dtype="float32", role="drafter", latency=curve(0.5), base="target")),
+        acceptance=(AcceptanceEntry("layerskip-2", "target", 0.0, 0.8, 8, (2, 2, 2, 2, 2, 2, 2, 2, 20), samples=36),
+                    AcceptanceEntry("ngram-3", "target", 0.0, 0.2, 8, (30, 4, 1, 1, 0, 0, 0, 0, 0), samples=36)),
+        retrieval=(RetrievalEntry("ngram-3", "ngram:3", 0.05),),
+    )
+
+
+@pytest.fixture(scope="module")
+def bench_inputs(tmp_path_factory, tiny_model_dir):
+    folder = tmp_path_factory.mktemp("bench")
+    save_profile(tiny_profile(tiny_model_dir), folder / "profile.yaml")
+    assert main(["plan", str(folder / "profile.yaml"), "-o", str(folder / "plan.yaml")]) == 0
+    prompts = folder / "prompts.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["Write a short poem about caches."]})
+                       + "\n" + json.dumps({"question_id": 2, "category": "math", "turns": ["What is 12 times 13?"]}) + "\n")
+    return folder
+
+
+def run_cli(folder, report, *extra) -> int:
+    return main(["bench", str(folder / "plan.yaml"), "--prompts", str(folder / "prompts.jsonl"), "--limit", "2",
+                 "--max-new-tokens", "6", "--report", str(report), *extra])
+
+
+def test_report_structure(bench_inputs, tmp_path, capsys):
+    plan = load_plan(bench_inputs / "plan.yaml")
+    assert plan.stages and plan.stages[0].drafter == "layerskip-2"  # so that hf-assisted has a drafter network
+    code = run_cli(bench_inputs, tmp_path, "--baselines", "plain,plain-runtime,hf-assisted,hf-lookup,grid",
+                   "--grid-gammas", "2,3", "--grid-limit", "1", "--grid-min-speedup", "0", "--no-plots")
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "report.json").is_file()
+    report = json.loads((tmp_path / "report.json").read_text())
+    for key in ("schema_version", "meta", "methods", "reference", "overall", "categories", "headline", "lossless",
+                "plan_quality", "grid", "rows", "notes", "plots"):
+        assert key in report, key
+    assert {m["name"] for m in report["methods"]} == METHODS
+    assert report["reference"] == "plain"
+    assert len(report["rows"]) == 2 * len(METHODS)
+    for row in report["rows"]:
+        assert row["new_tokens"] == len(row["token_ids"]) <= 6
+        assert row["tokens_per_s"] > 0 and row["target_forwards"] >= 1 and 0 <= row["overhead_share"] <= 1
+    assert set(report["categories"]) == {"writing", "math"}
+    assert set(report["headline"]) == {"writing", "math", "all"}
+    assert report["headline"]["all"]["best_peer"] in ("hf-assisted", "hf-lookup")
+    assert all(entry["ok"] for entry in report["lossless"].values()), report["lossless"]  # float32: token-identical
+    names = {point["name"] for point in report["grid"]["points"]}
+    assert {"plain-runtime", "layerskip-2/g2", "layerskip-2/g3", "ngram-3/g2", "ngram-3/g3"} <= names
+    assert any("plan" in point["roles"] for point in report["grid"]["points"])
+    quality = report["plan_quality"]
+    assert {"predicted_over_measured", "plan_over_best", "terms", "verdict"} <= set(quality)
+    assert report["plots"] == []
+    assert "## Headline" in out and "## Grid" in out and "## Plan quality" in out
+
+
+def test_plots(bench_inputs, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert run_cli(bench_inputs, tmp_path, "--baselines", "plain,hf-lookup") == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["plots"] == ["latency.png", "acceptance.png", "speedup_by_category.png",
+                               "predicted_vs_measured.png", "plan.png"]
+    for name in report["plots"]:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({name})" in (tmp_path / "report.md").read_text()
+    assert "hf-assisted" not in {m["name"] for m in report["methods"]}
+    capsys.readouterr()
+
+
+class WrongOutput:
+    """The plan with its last token changed: what a lossy runtime would produce."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.kind, self.description = inner, "wrong", "peer", "the plan, last token changed"
+
+    def run(self, prompt_ids, max_new_tokens):
+        result = self.inner.run(prompt_ids, max_new_tokens)
+        tokens = result.token_ids[:-1] + ((result.token_ids[-1] + 1) % 49152,)
+        return dataclasses.replace(result, token_ids=tokens)
+
+
+def test_lossless_check_fails_on_a_wrong_output(bench_inputs):
+    from specplan.commands import load_plan_and_profile
+    from specplan.prompts import read_prompts
+    from specplan.runtime.bench import BenchSettings, build_methods, run_bench
+    from specplan.runtime.bench_grid import predicted_costs
+    from specplan.runtime.drafters.base import SamplingConfig
+    from specplan.runtime.runner import PlanRunner
+
+    plan, profile, path = load_plan_and_profile(str(bench_inputs / "plan.yaml"))
+    runner = PlanRunner.open(plan, profile, path)
+    settings = BenchSettings(max_new_tokens=6, baselines=("plain",))
+    costs, _ = predicted_costs(profile, 0.0, (1, 2))
+    methods = build_methods(runner, settings, SamplingConfig(), costs, [])
+    methods.append(WrongOutput(methods[0]))
+    report = run_bench(runner, read_prompts(bench_inputs / "prompts.jsonl"), settings, methods=methods)
+    lossless = report.lossless()
+    assert lossless["plan"]["ok"] is True
+    assert lossless["wrong"]["ok"] is False and len(lossless["wrong"]["divergences"]) == 2
+    assert all(d["gap"] is not None for d in lossless["wrong"]["divergences"])
+    assert report.aggregates()["wrong"]["lossless"] is False
+    assert "- wrong: **FAIL**" in report.markdown()
+
+
+def test_check_lossless_and_near_ties():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert check_lossless([1, 2, 3], [1, 2, 4], lambda i: 0.1) == LosslessCheck(False, 2, 0.1)
+    assert check_lossless([1, 2, 3], [1, 2]).index == 2  # a truncated output is not lossless either
+    tie, clear = LosslessCheck(False, 2, 0.1), LosslessCheck(False, 2, 3.0)
+    assert lossless_verdict([LosslessCheck(True)] * 2, "float32")[0] is True
+    assert lossless_verdict([LosslessCheck(True), tie], "float32")[0] is False  # float32: any divergence fails
+    assert lossless_verdict([LosslessCheck(True), tie], "bfloat16")[0] is True
+    assert lossless_verdict([tie, clear], "bfloat16")[0] is False
+
+
+def test_quality_verdict_names_the_term_that_was_off():
+    predicted = CostTerms(draft_ms=4.0, verify_ms=20.0, accepted=2.0, ms_per_token=12.0)
+    measured = {"draft_ms": 4.0, "verify_ms": 40.0, "accepted": 2.0, "other_ms": 1.0, "verify_ms_profiled_at_widths": 20.0,
+                "decode_tokens_per_s": 1000 / 22.5, "tokens_per_s": 40.0}
+    effects = term_effects(predicted, measured)
+    assert effects[1]["term"].startswith("verify") and effects[1]["effect"] == pytest.approx(20 / 24, abs=1e-3)
+    quality = plan_quality("p", predicted, measured, {}, None)
+    assert quality["prediction_ok"] is False
+    assert "verify time per round" in quality["verdict"][0]
+    grid = {"a": {"predicted": predicted, "measured": measured},
+            "b": {"predicted": CostTerms(0, 20, 1, 20), "measured": dict(measured, tokens_per_s=80.0)}}
+    quality = plan_quality("p", predicted, measured, grid, "a")
+    assert quality["choice_ok"] is False and quality["best_grid_point"] == "b" and quality["plan_over_best"] == 0.5
+
+
+def test_grid_points_put_the_plan_first(bench_inputs):
+    plan = load_plan(bench_inputs / "plan.yaml")
+    points, notes = grid_points(plan, load_profile(bench_inputs / "profile.yaml"), (2, 4))
+    assert "plan" in points[0].roles and "plain" in points[1].roles
+    assert {(p.drafter, p.gamma) for p in points if "grid" in p.roles} == {
+        ("layerskip-2", 2), ("layerskip-2", 4), ("ngram-3", 2), ("ngram-3", 4)}
+    assert all(p.predicted.ms_per_token > 0 for p in points) and any("tree" in note for note in notes)
+
+
+def test_missing_matplotlib_is_one_line_exit_2(bench_inputs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert run_cli(bench_inputs, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pip install specplan[bench]" in err
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_unknown_baseline_is_bad_input(bench_inputs, tmp_path, capsys):
+    assert run_cli(bench_inputs, tmp_path, "--baselines", "plain,vllm") == 2
+    assert "choose from" in capsys.readouterr().err
