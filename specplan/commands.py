@@ -14,7 +14,7 @@ from specplan.profile import Profile, load_profile, save_profile
 from specplan.prompts import Prompt, read_prompts, spec_bench_split, stratified
 from specplan.yamlio import file_sha256
 
-DEFAULT_DRAFTERS = ("ngram:2", "ngram:3", "ngram:5", "layerskip:20", "layerskip:26")
+DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue, then repeat the key reason in one line."
 # Shapes the runtime executes in this version; the planner searches only these.
 RUNTIME_SHAPES = ("sequence", "tree")
