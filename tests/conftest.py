@@ -36,3 +36,12 @@ def tiny_model_dir(tmp_path_factory, default_model_dir) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: on a shared 2-core machine two threads thrash (10x slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

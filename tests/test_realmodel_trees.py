@@ -22,13 +22,7 @@ CPU = torch.device("cpu")
 NEW_TOKENS = 32
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: on a shared 2-core machine two threads thrash (10x slower under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,7 @@ PROMPT = [1, 2, 3, 10, 11, 1, 2, 3, 20, 21, 7, 1, 2]
 OUTPUT = [3, 10, 11, 1, 2, 3, 20, 5, 1, 2, 3, 20]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (two threads thrash on a shared 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def no_chain(committed, gamma):

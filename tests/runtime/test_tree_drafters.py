@@ -27,12 +27,7 @@ CPU = torch.device("cpu")
 GREEDY = SamplingConfig()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_draw_without_replacement_matches_sequential_sampling():

@@ -32,13 +32,7 @@ STATIC = TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))  # 10 nodes, depth 4
 DYNAMIC = TreeShape(budget=10, depth=4)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (two threads thrash on a shared 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def near_llama():
