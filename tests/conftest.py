@@ -20,22 +20,10 @@ def default_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, default_model_dir) -> str:
-    """A tiny random Llama with the default model's tokenizer (vocab 49152), saved to disk."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """A tiny random Llama (hidden 32) with the default model's tokenizer, saved to disk."""
+    from tests.tiny_checkpoint import save_tiny_llama
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-                         tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(30.0)  # sharper logits: greedy choices are not near-ties
-    path = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-model"), default_model_dir, hidden_size=32)
 
 
 @pytest.fixture

@@ -19,21 +19,9 @@ PROMPTS = ([5, 17, 301, 99, 5, 17, 301], [1000, 2000, 3000, 1000, 2000], [42, 7,
 def tiny_dir(default_model_dir, tmp_path_factory) -> str:
     """A tiny random Llama (hidden 64: bitsandbytes' CPU NF4 path needs in-features divisible
     by its block of 64; conftest's tiny model has 32) with the default model's tokenizer."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from tests.tiny_checkpoint import save_tiny_llama
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-                         tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(30.0)  # sharper logits: greedy choices are not near-ties
-    path = tmp_path_factory.mktemp("tiny-quant-model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-quant-model"), default_model_dir, hidden_size=64)
 
 
 @pytest.fixture(scope="module")

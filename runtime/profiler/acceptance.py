@@ -14,13 +14,11 @@ the verifier's tokens, which are exactly the drafts as long as they match):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from specplan.runtime.drafters.ngram import lookup_continuation
 
 
 @dataclass
@@ -93,21 +91,3 @@ def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_id
     counter.add_matches([rank == 0 for rank in ranks])
     counter.add_ranks(ranks)
     return top
-
-
-def replay_ngram(counter: AcceptanceCounter, max_ngram: int, prompt_ids: Sequence[int],
-                 output_ids: Sequence[int]) -> None:
-    """Prompt lookup at every output position; chains accepted up to the first mismatch."""
-    context = list(prompt_ids)
-    output = list(output_ids)
-    for position in range(len(output) - counter.gamma + 1):
-        begin = time.perf_counter()
-        proposal = lookup_continuation(context + output[:position], max_ngram, counter.gamma)
-        counter.seconds += time.perf_counter() - begin
-        counter.calls += 1
-        accepted = 0
-        while accepted < len(proposal) and proposal[accepted] == output[position + accepted]:
-            accepted += 1
-        counter.add_chain(accepted)
-        first = proposal[0] if proposal else None
-        counter.add_ranks([0 if first == output[position] else -1])
