@@ -13,6 +13,7 @@ from specplan.profile import Profile
 from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
+from specplan.runtime.drafters.hierarchy import HierarchyDrafter
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.drafters.model_tree import ModelTreeDrafter
@@ -21,6 +22,8 @@ from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.models import LoadedModel, load_model
+from specplan.runtime.session import ModelSession
+from specplan.runtime.stage import StageRunner
 
 
 @dataclass(frozen=True)
@@ -108,22 +111,11 @@ def drafter_source(profile: Profile, drafter_id: str) -> str:
     raise PlanError(f"plan names drafter {drafter_id!r} but the profile lists no such model; re-run `specplan plan`")
 
 
-def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device) -> SpeculativeEngine:
-    """The engine that executes ``plan`` on ``target`` (plain decoding when it has no stages)."""
-    if profile.model(plan.target) is None or profile.target.id != plan.target:
-        raise PlanError(f"plan's target {plan.target!r} is not the profile's target; re-run `specplan plan`")
-    if not plan.stages:
-        return SpeculativeEngine(target.model, device, eos_ids(target))
-    if len(plan.stages) > 1:
-        raise PlanError(
-            f"this version runs single-stage plans only; the plan has {plan.summary()!r}. "
-            "Re-plan with this version of `specplan plan`"
-        )
-    stage = plan.stages[0]
+def _bottom_drafter(stage, profile: Profile, target: LoadedModel, device: torch.device):
+    """The live drafter of a plan's first stage: a sequence drafter, or a tree drafter (with its graft)."""
     spec = parse_drafter_spec(drafter_source(profile, stage.drafter))
     if stage.shape.kind == "sequence":
-        built = build_drafter(spec, target, device)
-        return SpeculativeEngine(target.model, device, eos_ids(target), built.drafter, stage.shape.gamma)
+        return build_drafter(spec, target, device).drafter
     drafter = build_tree_drafter(spec, target, device)
     if stage.shape.graft:
         graft = parse_drafter_spec(drafter_source(profile, stage.shape.graft))
@@ -133,4 +125,49 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
                 f"{stage.shape.graft!r} into {stage.drafter!r}. Fix the plan"
             )
         drafter = GraftDrafter(drafter, _retrieval_tree_drafter(graft), stage.shape.graft_budget)
-    return SpeculativeEngine(target.model, device, eos_ids(target), drafter, tree=tree_shape(stage.shape))
+    return drafter
+
+
+def _check_chain(plan: Plan) -> None:
+    """Stage k's verifier is stage k+1's drafter, the last verifier is the target, and only the
+    bottom stage may be a tree (a middle model hands sequences up)."""
+    for below, above in zip(plan.stages, plan.stages[1:]):
+        if below.verifier != above.drafter:
+            raise PlanError(f"stage {below.drafter} -> {below.verifier} is followed by {above.drafter} -> "
+                            f"{above.verifier}; each verifier must draft the next stage. Fix the plan")
+        if above.shape.kind != "sequence":
+            raise PlanError(f"stage {above.drafter} -> {above.verifier} is a tree over a middle model's output; "
+                            "only the bottom stage may be a tree. Fix the plan")
+    if plan.stages[-1].verifier != plan.target:
+        raise PlanError(f"the last stage is verified by {plan.stages[-1].verifier!r}, not the target; fix the plan")
+
+
+def _stage_shape(stage) -> dict:
+    """StageRunner / SpeculativeEngine keyword arguments for a stage's draft shape."""
+    if stage.shape.kind == "sequence":
+        return {"gamma": stage.shape.gamma}
+    return {"tree": tree_shape(stage.shape)}
+
+
+def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device) -> SpeculativeEngine:
+    """The engine that executes ``plan`` on ``target`` (plain decoding when it has no stages).
+
+    A plan of several stages (bottom first) becomes a chain: every middle model is a
+    :class:`HierarchyDrafter` over its own stage and its own KV cache (HSD, arXiv 2510.19705).
+    """
+    if profile.model(plan.target) is None or profile.target.id != plan.target:
+        raise PlanError(f"plan's target {plan.target!r} is not the profile's target; re-run `specplan plan`")
+    stop = eos_ids(target)
+    if not plan.stages:
+        return SpeculativeEngine(target.model, device, stop)
+    _check_chain(plan)
+    drafter = _bottom_drafter(plan.stages[0], profile, target, device)
+    for below in plan.stages[:-1]:
+        middle = parse_drafter_spec(drafter_source(profile, below.verifier))
+        if middle.is_retrieval:
+            raise PlanError(f"{below.verifier!r} verifies a stage but is a retrieval drafter; fix the plan")
+        session = ModelSession(_drafter_network(middle, target, device), device)
+        runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **_stage_shape(below))
+        drafter = HierarchyDrafter(below.verifier, runner, stop)
+    top = plan.stages[-1]
+    return SpeculativeEngine(target.model, device, stop, drafter, names=(top.drafter, top.verifier), **_stage_shape(top))

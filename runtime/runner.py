@@ -78,9 +78,7 @@ class PlanRunner:
             "tokens_per_s": round(result.tokens_per_s, 3),
             "target_forwards": result.target_forwards,
             "mean_accepted": round(result.mean_accepted, 4),
-            "stages": [{"drafter": s.drafter, "verifier": s.verifier,
-                        "accepted": sum(result.committed_per_forward) - result.target_forwards,
-                        "verify_forwards": result.target_forwards} for s in self.plan.stages],
+            "stages": [stats.as_record() for stats in result.stages if stats.drafter != "none"],
             "predicted_tokens_per_s": self.plan.predicted.tokens_per_s,
         }
         if compare_plain:

@@ -225,11 +225,3 @@ def test_graft_into_a_retrieval_drafter_is_a_plan_error():
     plan = tree_plan("recycle", StageShape("tree", budget=8, depth=3, graft="ngram-3", graft_budget=2))
     with pytest.raises(PlanError, match="graft"):
         build_engine(plan, tiny_profile(), tiny_loaded(tiny_llama("sdpa", seed=0)), CPU)
-
-
-def test_multi_stage_plans_are_still_refused():
-    stages = (Stage("ngram-3", "layerskip-1", StageShape("tree", budget=4, depth=2)),
-              Stage("layerskip-1", "target", StageShape("sequence", gamma=2)))
-    plan = Plan("profile.yaml", "", {}, "target", 0.0, stages, Prediction(1.0, 1.0, 1.0, 1.0))
-    with pytest.raises(PlanError, match="single-stage"):
-        build_engine(plan, tiny_profile(), tiny_loaded(tiny_llama("sdpa", seed=0)), CPU)
