@@ -25,7 +25,7 @@ from .simulate import SimulationResult, simulate_plan
 from .tree_dp import tree_shape
 from .validate import NoCandidatesError, PlannerWarning, validate_profile
 
-__all__ = ["Candidate", "PlanOptions", "PlanResult", "solve_plan", "summarize"]
+__all__ = ["Candidate", "PlanOptions", "PlanResult", "plan_for_candidate", "solve_plan", "summarize"]
 
 ALTERNATIVES = 5
 OVERSHOOT_RULE = "trim"  # a sub-hierarchy's tokens beyond gamma are discarded (planner-math.md section 4)
@@ -196,6 +196,17 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
     message = f"{best.summary}: {best.ms_per_token:.3f} ms/token; {lp_message}; {len(messages)} warning(s)"
     values = {m: solution.best(m) for m in costs.models}
     return PlanResult(plan, status, message, rows, tuple(messages), values, simulation)
+
+
+def plan_for_candidate(result: PlanResult, candidate: Candidate) -> Plan:
+    """``result``'s plan with ``candidate``'s stages and prediction instead of the best one's
+    (e.g. the best hierarchy when a single stage won; the solver's record is kept)."""
+    plain = next(row.ms_per_token for row in result.candidates if not row.stages)
+    predicted = Prediction(ms_per_token=candidate.ms_per_token, tokens_per_s=1000.0 / candidate.ms_per_token,
+                           speedup=plain / candidate.ms_per_token, accepted_per_target_forward=candidate.accepted_length)
+    solver = {key: value for key, value in result.plan.solver.items() if key != "simulated"}
+    return replace(result.plan, stages=candidate.stages, predicted=predicted,
+                   solver={**solver, "chosen": "best candidate with these stages, not the overall best"})
 
 
 def _simulated(plan: Plan, profile: Profile, options: PlanOptions) -> tuple[Plan, SimulationResult | None]:

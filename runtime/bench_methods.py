@@ -11,7 +11,7 @@ wraps each session's ``extend`` to note the width and time of every forward.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,6 +65,14 @@ def recording(session: ModelSession | None) -> Iterator[ForwardLog]:
         del session.extend
 
 
+def drafter_sessions(drafter) -> list[ModelSession]:
+    """The model sessions a drafter runs: its own, or every one below a hierarchy's top."""
+    if hasattr(drafter, "sessions"):
+        return list(drafter.sessions())
+    session = getattr(drafter, "session", None)
+    return [session] if session is not None else []
+
+
 class EngineMethod:
     """A :class:`SpeculativeEngine` (plan, plain decoding or a grid configuration) as a bench method."""
 
@@ -79,8 +87,9 @@ class EngineMethod:
         self.gamma = gamma
 
     def run(self, prompt_ids: list[int], max_new_tokens: int) -> Measurement:
-        drafter_session = getattr(self.engine.drafter, "session", None)
-        with recording(self.engine.target) as target, recording(drafter_session) as drafter:
+        with ExitStack() as stack:
+            target = stack.enter_context(recording(self.engine.target))
+            below = [stack.enter_context(recording(session)) for session in drafter_sessions(self.engine.drafter)]
             result = self.engine.generate(prompt_ids, max_new_tokens, self.sampling)
         calls: Sequence[tuple[int, float]] = target.calls
         prefill = 0.0
@@ -90,7 +99,7 @@ class EngineMethod:
             token_ids=tuple(result.token_ids),
             seconds=result.seconds,
             target_forwards=result.target_forwards,
-            forward_seconds=target.seconds + drafter.seconds,
+            forward_seconds=target.seconds + sum(log.seconds for log in below),
             prefill_seconds=prefill,
             draft_seconds=result.draft_seconds,
             verify_forward_seconds=sum(seconds for _, seconds in calls),

@@ -47,6 +47,9 @@ def _add_plan(commands) -> None:
     parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
     parser.add_argument("--temperature", type=float, default=0.0, help="decoding temperature the plan is for")
     parser.add_argument("--explain", action="store_true", help="print every candidate's cost terms")
+    parser.add_argument("--stages", type=int, default=None, metavar="S",
+                        help="take the best configuration with exactly S stages (e.g. 2: drafter -> middle model -> "
+                             "target) instead of the overall best; its own prediction is written")
     parser.add_argument("--sku", default=None, metavar="NAME",
                         help="plan for a SKU of profiles/skus.yaml (h100-sxm, ...) or `all`: measured acceptance, "
                              "roofline latency; writes a plan marked as modelled (every shape and hierarchy searched)")

@@ -18,7 +18,7 @@ DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "l
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue, then repeat the key reason in one line."
 # Shapes the runtime executes in this version; the planner searches only these.
 RUNTIME_SHAPES = ("sequence", "tree")
-RUNTIME_MAX_STAGES = 1
+RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/hierarchy.py)
 
 
 def _resolve_dtype(dtype: str) -> str:
@@ -61,22 +61,39 @@ def command_profile(args) -> int:
 
 
 def _solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
-                     temperature: float, explain: bool) -> Plan:
+                     temperature: float, explain: bool, stages: int | None = None) -> Plan:
     from specplan.planner import PlanOptions, explain as explain_result, solve_plan
 
     if max_budget < 1 or max_depth < 1:
         raise PlanError("--max-budget and --max-depth must be at least 1")
+    if stages is not None and not 0 <= stages <= RUNTIME_MAX_STAGES:
+        raise PlanError(f"--stages must be between 0 (plain decoding) and {RUNTIME_MAX_STAGES}")
     options = PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
                           shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature)
     relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
     result = solve_plan(profile, options, profile_path=relative, profile_sha256=file_sha256(profile_path))
-    save_plan(result.plan, plan_path)
-    predicted = result.plan.predicted
-    print(f"specplan: wrote {plan_path}: {result.plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
+    plan = result.plan if stages is None else _plan_with_stages(result, stages)
+    save_plan(plan, plan_path)
+    predicted = plan.predicted
+    print(f"specplan: wrote {plan_path}: {plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
           f"{predicted.speedup:.2f}x over plain decoding")
+    if stages is not None and plan.stages != result.plan.stages:
+        print(f"specplan: (the overall best is {result.plan.summary()}, predicted "
+              f"{result.plan.predicted.tokens_per_s:.1f} tok/s)")
     if explain:
         print(explain_result(result))
-    return result.plan
+    return plan
+
+
+def _plan_with_stages(result, stages: int) -> Plan:
+    """The best candidate of ``result`` with exactly ``stages`` stages, as a plan."""
+    from specplan.planner.solve import plan_for_candidate
+
+    for candidate in result.candidates:
+        if len(candidate.stages) == stages:
+            return plan_for_candidate(result, candidate)
+    raise PlanError(f"the profile allows no {stages}-stage configuration (a hierarchy needs acceptance entries "
+                    "measured against a middle model: re-run `specplan profile` with a model drafter)")
 
 
 def command_plan(args) -> int:
@@ -87,7 +104,7 @@ def command_plan(args) -> int:
     profile = load_profile(args.profile)
     output = Path(args.output) if args.output else Path(args.profile).with_name("plan.yaml")
     _solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
-                     temperature=args.temperature, explain=args.explain)
+                     temperature=args.temperature, explain=args.explain, stages=args.stages)
     return 0
 
 

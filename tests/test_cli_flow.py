@@ -39,3 +39,17 @@ def test_profile_plan_run(tmp_path, capsys, tiny_model_dir):
     reduced = load_plan(tmp_path / "other.yaml")
     assert all(stage.shape.gamma <= 2 for stage in reduced.stages)
     assert "ms/token" in capsys.readouterr().out
+
+    hierarchy_path = tmp_path / "hierarchy.yaml"
+    assert main(["plan", str(profile_path), "-o", str(hierarchy_path), "--stages", "2"]) == 0
+    hierarchy = load_plan(hierarchy_path)
+    assert [(s.drafter, s.verifier) for s in hierarchy.stages] == [("ngram-3", "layerskip-2"), ("layerskip-2", "target")]
+    capsys.readouterr()
+    assert main(["run", str(hierarchy_path), "--prompt", "Hello there, hello there", "--max-new-tokens", "12",
+                 "--json", "--compare-plain"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["identical_to_plain"] is True
+    assert [(s["drafter"], s["verifier"]) for s in record["stages"]] == [("ngram-3", "layerskip-2"), ("layerskip-2", "target")]
+    assert record["stages"][-1]["verify_forwards"] == record["target_forwards"]
+    assert main(["plan", str(profile_path), "-o", str(tmp_path / "three.yaml"), "--stages", "3"]) == 2
+    assert "3-stage" in capsys.readouterr().err

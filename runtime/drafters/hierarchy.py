@@ -44,6 +44,15 @@ class HierarchyDrafter:
         nested = getattr(self.stage.drafter, "stage_stats", None)
         return (nested() if nested is not None else []) + self.stats
 
+    def sessions(self) -> list:
+        """Every model session at or below this middle model (the bench times their forwards)."""
+        below = self.stage.drafter
+        if hasattr(below, "sessions"):
+            nested = below.sessions()
+        else:
+            nested = [below.session] if getattr(below, "session", None) is not None else []
+        return nested + [self.stage.verifier]
+
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         """Exactly ``gamma`` tokens of the middle model continuing ``committed`` (fewer after an EOS)."""
         if not self.stats:

@@ -40,6 +40,7 @@ class ProfileSettings:
     gamma: int = 8  # chain length of the accepted-length histogram
     rank_width: int = 8  # ranked children per position for rank_accept
     prompts_label: str = "spec-bench:calibration"
+    middles: bool = True  # also measure drafters against each model drafter (candidate middle models)
 
     @classmethod
     def quick(cls) -> "ProfileSettings":
@@ -58,34 +59,43 @@ def _context_ids(target: LoadedModel, prompts: list[Prompt], length: int) -> lis
 
 
 def _target_outputs(target: LoadedModel, prompts: list[Prompt], device: torch.device,
-                    settings: ProfileSettings) -> list[tuple[list[int], list[int]]]:
-    engine = SpeculativeEngine(target.model, device, eos_ids(target))
+                    settings: ProfileSettings, network: torch.nn.Module | None = None,
+                    label: str = "target") -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, greedy output ids) per prompt, decoded by ``network`` (default: the target)."""
+    engine = SpeculativeEngine(network if network is not None else target.model, device, eos_ids(target))
     pairs = []
-    for prompt in tqdm(prompts, desc="calibration: target greedy decoding", unit="prompt"):
+    for prompt in tqdm(prompts, desc=f"calibration: {label} greedy decoding", unit="prompt"):
         prompt_ids = encode_prompt(target.tokenizer, prompt.text)
         result = engine.generate(prompt_ids, settings.max_new_tokens, SamplingConfig())
         pairs.append((prompt_ids, list(result.token_ids)))
     return pairs
 
 
-def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_rank_accept=()) -> AcceptanceEntry:
+def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_rank_accept=(),
+           verifier: str = "target") -> AcceptanceEntry:
     return AcceptanceEntry(
-        drafter=spec.id, verifier="target", temperature=0.0, alpha=counter.alpha, gamma=settings.gamma,
+        drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=settings.gamma,
         accepted_hist=tuple(counter.hist), rank_accept=counter.rank_accept,
         retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.hist),
     )
 
 
-def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device, settings):
+def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device, settings, verifier: str = "target"):
     """The entry, its counter, and the model's top-W tokens per output position of each pair."""
     counter = AcceptanceCounter(settings.gamma, settings.rank_width)
     tops = [replay_model(counter, network, prompt_ids, output_ids, device)
-            for prompt_ids, output_ids in tqdm(pairs, desc=f"acceptance: {spec.id}", unit="prompt", leave=False)]
-    return _entry(spec, counter, settings), counter, tops
+            for prompt_ids, output_ids in tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier}", unit="prompt",
+                                               leave=False)]
+    return _entry(spec, counter, settings, verifier=verifier), counter, tops
 
 
-def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, siblings=None):
-    """Rank acceptance of a retrieval drafter alone and, given a model's tops, as graft siblings."""
+def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, siblings=None,
+                          verifier: tuple[str, torch.nn.Module] | None = None):
+    """Rank acceptance of a retrieval drafter alone and, given a model's tops, as graft siblings.
+
+    ``verifier`` (id, network) replays against a middle model's outputs instead of the target's.
+    """
+    verifier_id, verifier_network = verifier or ("target", target.model)
     spec = build.spec
     counter = AcceptanceCounter(settings.gamma, settings.rank_width)
     graft = AcceptanceCounter(settings.gamma, settings.rank_width) if siblings else None
@@ -96,13 +106,34 @@ def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, s
     def chain(committed: list[int], gamma: int):
         return sequence.propose(committed, gamma, SamplingConfig(), generator).tokens
 
-    for index, (prompt_ids, output_ids) in enumerate(tqdm(pairs, desc=f"acceptance: {spec.id}", unit="prompt", leave=False)):
+    progress = tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier_id}", unit="prompt", leave=False)
+    for index, (prompt_ids, output_ids) in enumerate(progress):
         logits = None
         if hasattr(tree, "observe"):
-            logits = teacher_forced_logits(target.model, prompt_ids + output_ids, device)  # [len, vocab]
+            logits = teacher_forced_logits(verifier_network, prompt_ids + output_ids, device)  # [len, vocab]
         replay_retrieval(counter, tree, chain, prompt_ids, output_ids, target_logits=logits,
                          model_top=siblings[index] if siblings else None, graft_counter=graft)
-    return _entry(spec, counter, settings, graft.rank_accept if graft else ()), counter
+    return _entry(spec, counter, settings, graft.rank_accept if graft else (), verifier_id), counter
+
+
+def _middle_acceptance(built, curves, target: LoadedModel, prompts, device, settings) -> list[AcceptanceEntry]:
+    """Acceptance of every cheaper drafter by each model drafter, as a hierarchy's middle model
+    would verify them (HSD, arXiv 2510.19705: the pair (j, i) is all a stage needs): replay
+    against the middle model's own greedy outputs on the calibration prompts."""
+    entries = []
+    for middle in (b for b in built if b.model is not None):
+        cost = curves[middle.spec.id].ms[0]
+        cheaper = [b for b in built if b is not middle and (b.model is None or curves[b.spec.id].ms[0] < cost)]
+        if not cheaper:
+            continue
+        pairs = _target_outputs(target, prompts, device, settings, middle.model, middle.spec.id)
+        for build in cheaper:
+            if build.model is not None:
+                entries.append(_model_acceptance(build.spec, build.model, pairs, device, settings, middle.spec.id)[0])
+            else:
+                entries.append(_retrieval_acceptance(build, target, pairs, device, settings,
+                                                     verifier=(middle.spec.id, middle.model))[0])
+    return entries
 
 
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
@@ -135,6 +166,8 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         acceptance.append(entry)
         ms = 1000.0 * counter.seconds / max(1, counter.calls)
         retrieval.append(RetrievalEntry(build.spec.id, build.spec.source, round(ms, 4)))
+    if settings.middles:
+        acceptance.extend(_middle_acceptance(built, curves, target, prompts, device, settings))
     return Profile(
         device=describe_device(device),
         models=tuple(models),
