@@ -9,9 +9,9 @@ import torch
 from specplan.errors import PlanError
 from specplan.plan import Plan, Prediction, Stage, StageShape
 from specplan.runtime.build import build_engine
-from specplan.runtime.drafters.base import Proposal, SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Proposal, SamplingConfig
 from specplan.runtime.drafters.hierarchy import HierarchyDrafter
-from specplan.runtime.drafters.model import ModelDrafter
+from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.session import ModelSession
@@ -162,3 +162,16 @@ def test_malformed_hierarchies_are_plan_errors(stages, message):
     with pytest.raises(PlanError, match=message) as caught:
         build_engine(hierarchy_plan(*stages), tiny_profile(), tiny_loaded(tiny_llama("sdpa", seed=0)), CPU)
     assert len(str(caught.value).splitlines()) == 1
+
+
+def test_a_layer_skip_middle_keeps_tree_paths_in_its_partial_cache():
+    """A layer-skip middle's cache has layers it never runs; keeping a non-prefix tree path must skip them."""
+    from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
+
+    target = tiny_llama("sdpa", seed=0)
+    view = layer_skip_view(target, parse_kept_layers("1", 2))
+    same = ModelTreeDrafter("same", layer_skip_view(target, parse_kept_layers("1", 2)), CPU)  # always accepted
+    drafter = middle(view, same, tree=STATIC)  # so the kept path 0 -> 1 -> 4 -> 7 is not a prefix
+    engine = SpeculativeEngine(target, CPU, set(), drafter, gamma=3)
+    for prompt in PROMPTS:
+        assert list(engine.generate(prompt, 24, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 24)

@@ -1,0 +1,111 @@
+"""Hierarchy benchmark (issue 5): the profile's target decoding alone vs the best one-stage plan
+vs the best hierarchical plan (two or more stages) vs the planner's overall choice, on
+Spec-Bench evaluation prompts, interleaved prompt by prompt in one run.
+
+Every plan is solved from the same profile (the planner's prediction is printed beside the
+measurement) and executed by ``runtime/build.py`` exactly as ``specplan run`` would. The
+reference is the runtime's own plain decoding of the same (e.g. 4-bit) target: in float32
+every method's output must be token-identical to it.
+
+    .venv/bin/python benchmarks/hierarchy.py PROFILE --limit 20 --max-new-tokens 64 [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import warnings
+
+import torch
+
+from specplan.commands import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
+from specplan.planner import PlanOptions, solve_plan
+from specplan.planner.solve import plan_for_candidate
+from specplan.profile import load_profile
+from specplan.prompts import spec_bench_split, stratified
+from specplan.runtime.bench import interleave, warm_up
+from specplan.runtime.bench_methods import EngineMethod
+from specplan.runtime.build import build_engine, eos_ids
+from specplan.runtime.chat import encode_prompt
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.models import load_model, quiet_transformers
+
+
+def contenders(profile) -> dict:
+    """name -> plan: the overall best, the best one-stage and the best multi-stage plan."""
+    options = PlanOptions(max_budget=64, max_depth=8, gammas=tuple(range(1, 9)), shapes=RUNTIME_SHAPES,
+                          max_stages=RUNTIME_MAX_STAGES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = solve_plan(profile, options, profile_path="", profile_sha256="")
+    plans = {"planner": result.plan}
+    single = next((c for c in result.candidates if len(c.stages) == 1), None)
+    multi = next((c for c in result.candidates if len(c.stages) >= 2), None)
+    if single is not None:
+        plans["best-single"] = plan_for_candidate(result, single)
+    if multi is not None:
+        plans["best-hierarchy"] = plan_for_candidate(result, multi)
+    return plans
+
+
+def summarize(rows, methods, predicted) -> list[dict]:
+    table = []
+    for method in methods:
+        mine = [row for row in rows if row.method == method.name]
+        tokens = sum(row.measurement.new_tokens for row in mine)
+        seconds = sum(row.measurement.seconds for row in mine)
+        forwards = sum(row.measurement.target_forwards for row in mine)
+        table.append({
+            "method": method.name, "configuration": method.description,
+            "tokens_per_s": round(tokens / seconds, 2), "predicted_tokens_per_s": round(predicted.get(method.name, 0.0), 2),
+            "median_speedup": round(statistics.median(row.speedup for row in mine), 3),
+            "accepted_per_target_forward": round(tokens / max(1, forwards), 3),
+            "identical": sum(1 for row in mine if row.check is not None and row.check.identical), "prompts": len(mine),
+        })
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("profile")
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--json", default=None, help="write the table and per-prompt rows here")
+    args = parser.parse_args()
+    quiet_transformers()
+    profile = load_profile(args.profile)
+    device = torch.device("cpu")
+    entry = profile.target
+    target = load_model(entry.source, entry.dtype, str(device), quant=entry.quant)
+    sampling = SamplingConfig()
+    plain = SpeculativeEngine(target.model, device, eos_ids(target))
+    methods = [EngineMethod("plain", "plain", plain, sampling, f"{entry.id} ({entry.quant}, {entry.dtype}) alone")]
+    plans = contenders(profile)
+    best = plans["planner"].predicted
+    predicted = {"plain": best.tokens_per_s / best.speedup}  # 1000 / T_target(1)
+    for name, plan in plans.items():
+        methods.append(EngineMethod(name, "plan", build_engine(plan, profile, target, device), sampling, plan.summary()))
+        predicted[name] = plan.predicted.tokens_per_s
+    prompts = stratified(spec_bench_split("evaluation"), args.limit)
+    encoded = [(prompt, encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
+    warm_up(methods, encoded[0][1], 8)
+    rows = interleave(methods, encoded, args.max_new_tokens, "plain", target.model, sampling, predicted, "hierarchy bench")
+    table = summarize(rows, methods, predicted)
+    print(f"target {entry.id}: {entry.source} quant={entry.quant} dtype={entry.dtype}, {len(prompts)} evaluation prompts, "
+          f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
+    print("| method | configuration | tok/s | predicted tok/s | median speedup | accepted/forward | identical |")
+    print("|---|---|---|---|---|---|---|")
+    for line in table:
+        print(f"| {line['method']} | {line['configuration']} | {line['tokens_per_s']} | {line['predicted_tokens_per_s']} | "
+              f"{line['median_speedup']} | {line['accepted_per_target_forward']} | {line['identical']}/{line['prompts']} |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"table": table, "rows": [{"prompt_id": r.prompt_id, "category": r.category, "method": r.method,
+                                                 "tokens_per_s": round(r.measurement.tokens_per_s, 3),
+                                                 "speedup": round(r.speedup, 4)} for r in rows]}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
