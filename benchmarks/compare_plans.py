@@ -1,13 +1,19 @@
-"""Hierarchy benchmark (issue 5): the profile's target decoding alone vs the best one-stage plan
-vs the best hierarchical plan (two or more stages) vs the planner's overall choice, on
-Spec-Bench evaluation prompts, interleaved prompt by prompt in one run.
+"""Plans compared in one run: the profile's target decoding alone vs the planner's overall
+choice, the best one-stage plan and the best hierarchical plan (two or more stages); with
+``--drafter ID`` also the best plan that uses drafter ID and the best that does not (e.g. a
+distilled drafter vs the training-free ones). Spec-Bench evaluation prompts, interleaved
+prompt by prompt.
 
 Every plan is solved from the same profile (the planner's prediction is printed beside the
 measurement) and executed by ``runtime/build.py`` exactly as ``specplan run`` would. The
 reference is the runtime's own plain decoding of the same (e.g. 4-bit) target: in float32
 every method's output must be token-identical to it.
 
-    .venv/bin/python benchmarks/hierarchy.py PROFILE --limit 20 --max-new-tokens 64 [--json OUT]
+    .venv/bin/python benchmarks/compare_plans.py PROFILE --limit 20 --max-new-tokens 64 [--dtype float32]
+        [--drafter ID] [--json OUT]
+
+``--dtype float32`` runs the profile's plans with the target in float32 compute (token
+identity is exact there), whatever dtype the profile measured.
 """
 
 from __future__ import annotations
@@ -33,8 +39,13 @@ from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.models import load_model, quiet_transformers
 
 
-def contenders(profile) -> dict:
-    """name -> plan: the overall best, the best one-stage and the best multi-stage plan."""
+def _uses(candidate, drafter: str) -> bool:
+    return any(drafter in (stage.drafter, stage.verifier, stage.shape.graft) for stage in candidate.stages)
+
+
+def contenders(profile, drafter: str | None = None) -> dict:
+    """name -> plan: the overall best, the best one-stage and the best multi-stage plan; with
+    ``drafter``, the best plan using it and the best plan without it."""
     options = PlanOptions(max_budget=64, max_depth=8, gammas=tuple(range(1, 9)), shapes=RUNTIME_SHAPES,
                           max_stages=RUNTIME_MAX_STAGES)
     with warnings.catch_warnings():
@@ -47,6 +58,12 @@ def contenders(profile) -> dict:
         plans["best-single"] = plan_for_candidate(result, single)
     if multi is not None:
         plans["best-hierarchy"] = plan_for_candidate(result, multi)
+    if drafter is not None:
+        using = next((c for c in result.candidates if _uses(c, drafter)), None)
+        without = next((c for c in result.candidates if c.stages and not _uses(c, drafter)), None)
+        for name, candidate in ((f"best-with-{drafter}", using), (f"best-without-{drafter}", without)):
+            if candidate is not None:
+                plans[name] = plan_for_candidate(result, candidate)
     return plans
 
 
@@ -72,17 +89,19 @@ def main() -> None:
     parser.add_argument("profile")
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--dtype", default=None, help="target compute dtype (default: the profile's)")
+    parser.add_argument("--drafter", default=None, help="also compare the best plans with and without this drafter id")
     parser.add_argument("--json", default=None, help="write the table and per-prompt rows here")
     args = parser.parse_args()
     quiet_transformers()
     profile = load_profile(args.profile)
     device = torch.device("cpu")
     entry = profile.target
-    target = load_model(entry.source, entry.dtype, str(device), quant=entry.quant)
+    target = load_model(entry.source, args.dtype or entry.dtype, str(device), quant=entry.quant)
     sampling = SamplingConfig()
     plain = SpeculativeEngine(target.model, device, eos_ids(target))
     methods = [EngineMethod("plain", "plain", plain, sampling, f"{entry.id} ({entry.quant}, {entry.dtype}) alone")]
-    plans = contenders(profile)
+    plans = contenders(profile, args.drafter)
     best = plans["planner"].predicted
     predicted = {"plain": best.tokens_per_s / best.speedup}  # 1000 / T_target(1)
     for name, plan in plans.items():
@@ -93,7 +112,7 @@ def main() -> None:
     warm_up(methods, encoded[0][1], 8)
     rows = interleave(methods, encoded, args.max_new_tokens, "plain", target.model, sampling, predicted, "hierarchy bench")
     table = summarize(rows, methods, predicted)
-    print(f"target {entry.id}: {entry.source} quant={entry.quant} dtype={entry.dtype}, {len(prompts)} evaluation prompts, "
+    print(f"target {entry.id}: {entry.source} quant={entry.quant} dtype={target.dtype}, {len(prompts)} evaluation prompts, "
           f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
     print("| method | configuration | tok/s | predicted tok/s | median speedup | accepted/forward | identical |")
     print("|---|---|---|---|---|---|---|")
