@@ -122,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specplan", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     from specplan.quant.command import add_quantize_parser
+    from specplan.runtime.distill.command import add_distill_parser
 
-    for add in (_add_profile, _add_plan, _add_run, _add_bench, _add_roofline, _add_export, add_quantize_parser):
+    for add in (_add_profile, _add_plan, _add_run, _add_bench, _add_roofline, _add_export, add_quantize_parser,
+                add_distill_parser):
         add(commands)
     return parser
 

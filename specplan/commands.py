@@ -185,3 +185,9 @@ def command_quantize(args) -> int:
     from specplan.quant.command import command_quantize as run
 
     return run(args)
+
+
+def command_distill(args) -> int:
+    from specplan.runtime.distill.command import command_distill as run
+
+    return run(args)
