@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from specplan.profile import ModelEntry, Profile, shape_of_network
 from specplan.quant.methods import normalize_quants, parse_method
+from specplan.runtime.modes import profile_mode
 
 VARIANT_ROLE = "variant"
 
@@ -66,7 +67,7 @@ def variant_entry(source: str, quant: str, dtype: str, device: torch.device, con
     label = quant_label(loaded, quant)
     with tqdm(total=len(WIDTHS), desc=f"latency T(n) {variant_id(label, dtype)}", unit="curve point") as bar:
         curve = measure_latency(loaded.model, device, context, WIDTHS, repeats, bar.update)
-    return ModelEntry(id=variant_id(label, dtype), source=source, fingerprint=loaded.fingerprint, quant=label,
+    return ModelEntry(mode=profile_mode(), id=variant_id(label, dtype), source=source, fingerprint=loaded.fingerprint, quant=label,
                       dtype=dtype, role=VARIANT_ROLE, latency=(curve,), shape=shape_of_network(loaded.model))
 
 

@@ -4,6 +4,7 @@ returns per-prompt records in the shape of ``run --json`` (formats.md)."""
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from specplan.runtime.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
 from specplan.runtime.models import LoadedModel, load_model, quiet_transformers
+from specplan.runtime.modes import profile_mode
 from specplan.runtime.profiler.device import describe_device
 
 
@@ -37,6 +39,9 @@ class PlanRunner:
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
         target = load_model(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_contract(plan, profile, profile_path, describe_device(device), target.fingerprint, force)
+        if profile.target.mode != profile_mode():
+            warnings.warn(f"the profile measured the {profile.target.mode} runtime but this run uses {profile_mode()} "
+                          "(--runtime / SPECPLAN_RUNTIME): the plan's predictions assume the profiled one")
         engine = build_engine(plan, profile, target, device)
         plain = SpeculativeEngine(target.model, device, eos_ids(target))
         return cls(plan, profile, target, engine, plain, device)

@@ -4,6 +4,13 @@ Every model in a plan (target, middle models, model drafters) is driven through 
 session: ``rewind_to`` trims the cache to what still agrees with the committed text,
 ``extend`` runs one forward over new tokens (optionally a draft tree with its attention
 mask), ``keep`` compacts the cache to an accepted path.
+
+The cache is transformers' ``DynamicCache`` (``cache="dynamic"``) or our preallocated
+:class:`~specplan.runtime.static_cache.StaticKVCache` (``cache="static"``, sized for
+``max_length`` positions; it grows by doubling if a forward would overflow it). With
+``compiled=True`` (static cache only) steps of up to 64 tokens run a torch.compile'd forward
+with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow
+``SPECPLAN_RUNTIME`` (:mod:`specplan.runtime.modes`; default ``eager``: the dynamic cache).
 """
 
 from __future__ import annotations
@@ -13,20 +20,51 @@ from collections.abc import Sequence
 import torch
 
 from specplan.runtime import kv
+from specplan.runtime.modes import session_options
+from specplan.runtime.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
 
 
 class ModelSession:
-    def __init__(self, model: torch.nn.Module, device: torch.device):
+    """``model``, its KV cache and the token ids the cache holds.
+
+    ``cache``: ``dynamic`` or ``static``; ``max_length``: positions a static cache holds before it
+    grows; ``compiled``: compiled steps (static cache only). Unset, they follow ``SPECPLAN_RUNTIME``
+    (an explicit ``cache="dynamic"`` also turns compilation off).
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, cache: str | None = None,
+                 max_length: int = DEFAULT_CAPACITY, compiled: bool | None = None):
+        defaults = session_options()
         self.model = model
-        self.device = device
-        self.cache = kv.new_cache(model)
+        self.device = torch.device(device)
+        self.cache_kind = cache or defaults["cache"]
+        if self.cache_kind not in ("dynamic", "static"):
+            raise ValueError(f"unknown cache {cache!r}; use dynamic or static")
+        self.compiled = defaults["compiled"] and self.cache_kind == "static" if compiled is None else compiled
+        if self.compiled and self.cache_kind != "static":
+            raise ValueError("compiled steps need cache='static'")
+        self.max_length = max_length
+        self.step = None
+        if self.compiled:
+            from specplan.runtime.compiled import compiled_step
+
+            self.step = compiled_step(model, self.device)
+        self.cache = self._new_cache()
         self.cached: list[int] = []  # token ids whose keys/values the cache holds, in order
         self.forwards = 0
         self.forward_seconds = 0.0
 
+    def _new_cache(self):
+        if self.cache_kind == "static":
+            return new_static_cache(self.model, self.device, self.max_length)
+        return kv.new_cache(self.model)
+
     def reset(self) -> None:
-        self.cache = kv.new_cache(self.model)
+        if self.cache_kind == "static":
+            self.cache.trim(0)  # keep the buffers: a static cache is allocated once
+        else:
+            self.cache = kv.new_cache(self.model)
         self.cached = []
 
     def rewind_to(self, context: Sequence[int]) -> list[int]:
@@ -49,19 +87,43 @@ class ModelSession:
         attention mask and depth-based position ids instead of a causal chain.
         """
         start = now(self.device)
+        tokens = [int(t) for t in tokens]
+        if self._use_compiled(len(tokens)):
+            logits = self.step.run(self.cache, tokens, tree).float()  # [n, vocab]
+        else:
+            logits = self._forward(tokens, tree)
+        self.cached.extend(tokens)
+        self.forwards += 1
+        self.forward_seconds += now(self.device) - start
+        return logits
+
+    def _use_compiled(self, count: int) -> bool:
+        """Compiled steps serve bucketed widths once the cache buffers exist (the first forward,
+        usually a prefill, allocates them eagerly)."""
+        from specplan.runtime.compiled import bucket_of
+
+        return self.step is not None and self.cache.layers[0].is_initialized and bucket_of(count) is not None
+
+    def _forward(self, tokens: list[int], tree=None) -> torch.Tensor:
+        """transformers' forward over either cache; logits [n, vocab] float32."""
         past = len(self.cached)
-        input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)  # [1, n]
+        input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)  # [1, n]
         kwargs = {}
         if tree is not None:
             dtype = next(self.model.parameters()).dtype
             kwargs["attention_mask"] = tree.attention_mask(past, dtype, self.device)  # [1, 1, n, past + n]
             kwargs["position_ids"] = tree.position_ids(past, self.device)  # [1, n]
+        if self.cache_kind == "static":
+            self.cache.begin(len(tokens))  # attention reads exactly past + n positions
         output = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
-        self.cached.extend(int(t) for t in tokens)
-        logits = output.logits[0].float()  # [n, vocab]
-        self.forwards += 1
-        self.forward_seconds += now(self.device) - start
-        return logits
+        if self.cache_kind == "static":
+            self.cache.commit(len(tokens))
+        return output.logits[0].float()  # [n, vocab]
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds this process spent compiling graphs for this session's model (0 when eager)."""
+        return self.step.compile_seconds if self.step is not None else 0.0
 
     def keep(self, past_length: int, nodes: Sequence[int]) -> None:
         """After an ``extend`` that started at ``past_length``, keep only ``nodes`` of it (root-to-leaf)."""

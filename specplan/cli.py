@@ -36,6 +36,7 @@ def _add_profile(commands) -> None:
     parser.add_argument("--quick", action="store_true", help="trimmed calibration: a few minutes on 2 CPU cores")
     parser.add_argument("--no-plan", action="store_true", help="do not solve and write plan.yaml afterwards")
     parser.add_argument("-o", "--output", default="profile.yaml")
+    _add_runtime_option(parser)
     parser.set_defaults(handler="profile")
 
 
@@ -75,6 +76,7 @@ def _add_run(commands) -> None:
     parser.add_argument("--stream", action="store_true", help="print text as it is committed")
     parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    _add_runtime_option(parser)
     parser.set_defaults(handler="run")
 
 
@@ -90,11 +92,14 @@ def _add_bench(commands) -> None:
                         help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
     parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
     parser.add_argument("--grid-limit", type=int, default=4, help="prompts the grid runs on (the first, spread over categories)")
+    parser.add_argument("--grid-budgets", default="4,8,16,32",
+                        help="tree budgets of the grid: each drafter alone as the planner's best tree within each budget")
     parser.add_argument("--grid-min-speedup", type=float, default=0.5,
                         help="skip grid points the planner predicts slower than this fraction of plain decoding")
     parser.add_argument("--report", default=None, help="folder for report.md, report.json and the plots")
     parser.add_argument("--no-plots", action="store_true", help="write the report without PNG plots (no matplotlib)")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    _add_runtime_option(parser)
     parser.set_defaults(handler="bench")
 
 
@@ -135,9 +140,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     sys.stderr.write(f"specplan: warning: {message}\n")
 
 
+def _add_runtime_option(parser) -> None:
+    parser.add_argument("--runtime", choices=("eager", "static", "compiled"), default=None,
+                        help="how models run: eager (default), static (preallocated KV cache), compiled "
+                             "(static cache + torch.compile'd steps; compiles once per model, minutes on CPU); "
+                             "same as SPECPLAN_RUNTIME")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _show_warning
+    if getattr(args, "runtime", None):
+        os.environ["SPECPLAN_RUNTIME"] = args.runtime  # read once per session (runtime/modes.py)
     try:
         from specplan import commands
 

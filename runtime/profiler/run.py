@@ -26,6 +26,7 @@ from specplan.runtime.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.models import LoadedModel
+from specplan.runtime.modes import profile_mode
 from specplan.runtime.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.profiler.device import describe_device
 from specplan.runtime.profiler.latency import WIDTHS, measure_latency
@@ -147,7 +148,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         for model_id, network in networks:
             curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update)
     pairs = _target_outputs(target, prompts, device, settings)
-    models = [ModelEntry(id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
+    models = [ModelEntry(mode=profile_mode(), id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(curves["target"],), shape=shape_of_network(target.model))]
     retrieval, acceptance = [], []
     siblings, graft_model, best = None, None, -1.0
@@ -158,7 +159,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             siblings, graft_model, best = tops, build.spec.id, sum(entry.rank_accept)
         base = "target" if build.spec.kind == "layerskip" else None
         fingerprint = target.fingerprint + f"|{build.spec.source}" if base else ""
-        models.append(ModelEntry(id=build.spec.id, source=build.spec.source, fingerprint=fingerprint,
+        models.append(ModelEntry(mode=profile_mode(), id=build.spec.id, source=build.spec.source, fingerprint=fingerprint,
                                  dtype=target.dtype, role="drafter", latency=(curves[build.spec.id],), base=base,
                                  shape=shape_of_network(build.model)))
     for build in (b for b in built if b.model is None):
