@@ -11,27 +11,28 @@ al., arXiv 2401.07851) for the categories and the accepted-length definition.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import transformers
 from tqdm import tqdm
 
-from specplan.drafter_spec import parse_drafter_spec
+from specplan.errors import SpecplanError
 from specplan.planner.latency import interpolate, nearest_curve
 from specplan.prompts import Prompt
-from specplan.runtime.bench_grid import GRID_GAMMAS, GridPoint, grid_points, plan_configuration, predicted_costs
+from specplan.runtime import build
+from specplan.runtime.bench_grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
 from specplan.runtime.bench_methods import EngineMethod, Method
 from specplan.runtime.bench_metrics import LosslessCheck, Measurement, Row, check_lossless
 from specplan.runtime.bench_quality import measured_terms, plan_quality
 from specplan.runtime.bench_report import BenchReport
-from specplan.runtime.build import build_drafter, drafter_source, eos_ids
 from specplan.runtime.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
-from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.peers import build_peers
 
 BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", "grid")
@@ -40,13 +41,14 @@ DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """What to run. ``grid_*``: the grid's gammas, how many of the prompts it uses (the first
-    ones, which the stratified order spreads over categories), and the slowest predicted
-    speedup over plain decoding worth measuring."""
+    """What to run. ``grid_*``: the grid's gammas and tree budgets, how many of the prompts it
+    uses (the first ones, which the stratified order spreads over categories), and the slowest
+    predicted speedup over plain decoding worth measuring."""
 
     max_new_tokens: int = 128
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     grid_gammas: tuple[int, ...] = GRID_GAMMAS
+    grid_budgets: tuple[int, ...] = GRID_BUDGETS
     grid_limit: int = 4
     grid_min_speedup: float = 0.5
     warmup_tokens: int = 8
@@ -64,7 +66,10 @@ def divergence_gap(model: torch.nn.Module, prompt_ids: list[int], reference: Seq
 
 
 def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, costs: dict, notes: list[str]) -> list[Method]:
-    """The plan first, then the baselines asked for (``plain`` always: it is the reference)."""
+    """The plan first, then the baselines asked for (``plain`` always: it is the reference).
+
+    ``costs``: (drafter or None, gamma) -> CostTerms (``PlannerCosts.sequence_costs``), which the
+    transformers peers read to pick a draft length."""
     methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
     if "plain-runtime" in settings.baselines:
         methods.append(EngineMethod("plain-runtime", "plain", runner.plain, sampling, "specplan's runtime, the target alone"))
@@ -104,37 +109,65 @@ def interleave(methods: Sequence[Method], encoded: Sequence[tuple[Prompt, list[i
     return rows
 
 
-def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig) -> list[EngineMethod]:
-    built: dict[str, object] = {}
-    methods = []
-    plan_config = plan_configuration(runner.plan)
-    for point in points:
-        if point.drafter is None:
-            engine = runner.plain
-        elif (point.drafter, point.gamma) == plan_config:
-            engine = runner.engine
-        else:
-            if point.drafter not in built:
-                spec = parse_drafter_spec(drafter_source(runner.profile, point.drafter))
-                built[point.drafter] = build_drafter(spec, runner.target, runner.device).drafter
-            engine = SpeculativeEngine(runner.target.model, runner.device, eos_ids(runner.target),
-                                       built[point.drafter], point.gamma)
-        methods.append(EngineMethod(point.name, "grid", engine, sampling, point.summary, point.drafter, point.gamma))
-    return methods
+@contextlib.contextmanager
+def shared_networks() -> Iterator[None]:
+    """While building the grid's engines, load each ``model:`` drafter network once.
+
+    ``build_engine`` loads a model drafter's network for every engine it builds; the grid builds
+    one engine per point, so without this a drafter network would sit in memory once per gamma
+    and budget. The networks are read-only at run time (each engine keeps its own KV caches), so
+    sharing them changes no output. (``layerskip:`` drafters are views of the target already.)
+    """
+    original = build.load_model
+    build.load_model = functools.lru_cache(maxsize=None)(original)
+    try:
+        yield
+    finally:
+        build.load_model = original
 
 
-def run_grid(runner, report: BenchReport, encoded, settings: BenchSettings, sampling: SamplingConfig, latency) -> None:
-    """Measure the grid's points on the first ``grid_limit`` prompts; fill ``report.grid*``."""
-    points, notes = grid_points(runner.plan, runner.profile, settings.grid_gammas)
+def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig,
+                  notes: list[str]) -> tuple[list[EngineMethod], list[GridPoint]]:
+    """An engine per point (the runner's own for the plan and plain decoding); points whose
+    engine cannot be built are dropped with a note."""
+    methods, built = [], []
+    with shared_networks():
+        for point in points:
+            if not point.stages:
+                engine = runner.plain
+            elif point.stages == runner.plan.stages:
+                engine = runner.engine
+            else:
+                try:
+                    engine = build.build_engine(replace(runner.plan, stages=point.stages), runner.profile,
+                                                runner.target, runner.device)
+                except SpecplanError as error:
+                    notes.append(f"grid point {point.name} cannot run: {error}")
+                    continue
+            methods.append(EngineMethod(point.name, "grid", engine, sampling, point.summary, point.drafter, point.gamma))
+            built.append(point)
+    return methods, built
+
+
+def _prune(points: list[GridPoint], min_speedup: float, notes: list[str]) -> list[GridPoint]:
+    """The plan, plain decoding, the alternatives, and every point predicted at least ``min_speedup`` x plain."""
     plain = next(p for p in points if "plain" in p.roles).predicted.tokens_per_s
     kept = [p for p in points if {"plan", "plain", "alternative"} & set(p.roles)
-            or p.predicted.tokens_per_s >= settings.grid_min_speedup * plain]
+            or p.predicted.tokens_per_s >= min_speedup * plain]
     slow = [p for p in points if p not in kept]
     if slow:
-        notes.append(f"{len(slow)} grid point(s) predicted below {settings.grid_min_speedup}x plain decoding were not "
+        notes.append(f"{len(slow)} grid point(s) predicted below {min_speedup}x plain decoding were not "
                      f"measured (--grid-min-speedup): " + ", ".join(f"{p.name} ({p.predicted.tokens_per_s / plain:.2f}x)" for p in slow))
+    return kept
+
+
+def run_grid(runner, report: BenchReport, encoded, settings: BenchSettings, sampling: SamplingConfig, latency,
+             costs: PlannerCosts) -> None:
+    """Measure the grid's points on the first ``grid_limit`` prompts; fill ``report.grid*``."""
+    points, notes = grid_points(runner.plan, runner.profile, settings.grid_gammas, budgets=settings.grid_budgets,
+                                costs=costs)
+    methods, kept = _grid_methods(runner, _prune(points, settings.grid_min_speedup, notes), sampling, notes)
     report.notes.extend(notes)
-    methods = _grid_methods(runner, kept, sampling)
     subset = list(encoded[: settings.grid_limit])
     warm_up(methods, subset[0][1], settings.warmup_tokens)
     predicted = {p.name: p.predicted.tokens_per_s for p in kept}
@@ -156,32 +189,31 @@ def _meta(runner, settings: BenchSettings, prompts: Sequence[Prompt], command: s
         "target_source": runner.profile.target.source, "dtype": runner.target.dtype, "device": str(runner.device),
         "threads": torch.get_num_threads(), "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
         "prompt_source": prompt_source, "temperature": plan.temperature, "baselines": list(settings.baselines),
-        "grid_gammas": list(settings.grid_gammas), "grid_limit": settings.grid_limit,
+        "grid_gammas": list(settings.grid_gammas), "grid_budgets": list(settings.grid_budgets),
+        "grid_limit": settings.grid_limit, "grid_min_speedup": settings.grid_min_speedup,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "torch": torch.__version__, "transformers": transformers.__version__, "command": command,
         "load_average_start": [round(v, 2) for v in load_start],
     }
 
 
-def _quality(report: BenchReport, plan, costs: dict, latency) -> dict:
-    """Plan quality from the main phase (prediction) and the grid (choice)."""
-    config = plan_configuration(plan)
-    plan_name = None
-    if config is not None:
-        plan_name = "plain-runtime" if config[0] is None else f"{config[0]}/g{config[1]}"
+def _quality(report: BenchReport, plan, costs: PlannerCosts, latency) -> dict:
+    """Plan quality from the main phase (prediction) and the grid (choice), for any plan shape."""
+    plan_name = next((name for name, entry in report.grid.items() if "plan" in entry["point"].roles), None)
     grid = {name: {"predicted": entry["point"].predicted, "measured": entry["measured"]}
             for name, entry in report.grid.items()}
     plan_rows = [r.measurement for r in report.rows if r.method == "plan"]
-    return plan_quality(plan.summary(), costs.get(config) if config else None, measured_terms(plan_rows, latency),
+    return plan_quality(plan.summary(), plan_terms(plan, costs), measured_terms(plan_rows, latency),
                         grid, plan_name, _plain(report, costs, latency))
 
 
-def _plain(report: BenchReport, costs: dict, latency) -> tuple | None:
+def _plain(report: BenchReport, costs: PlannerCosts, latency) -> tuple | None:
     """The runtime's plain decoding, predicted and measured (main phase, else the grid), if it ran."""
+    predicted = costs.terms(())
     for rows in (report.rows, report.grid_rows):
         measurements = [r.measurement for r in rows if r.method == "plain-runtime"]
-        if measurements and (None, 0) in costs:
-            return costs[None, 0], measured_terms(measurements, latency)
+        if measurements and predicted is not None:
+            return predicted, measured_terms(measurements, latency)
     return None
 
 
@@ -192,9 +224,9 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     plan, profile = runner.plan, runner.profile
     sampling = SamplingConfig(temperature=plan.temperature)
     notes: list[str] = []
-    costs, _ = predicted_costs(profile, plan.temperature, tuple(range(1, 9)))
+    costs = planner_costs(profile, plan.temperature, settings.grid_gammas, settings.grid_budgets)
     if methods is None:
-        methods = build_methods(runner, settings, sampling, costs, notes)
+        methods = build_methods(runner, settings, sampling, costs.sequence_costs(), notes)
     names = [m.name for m in methods]
     reference = "plain" if "plain" in names else "plain-runtime"
     curve = nearest_curve(profile.target, None)
@@ -213,7 +245,7 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
         notes.append("temperature > 0: outputs are samples, so the token-identity check does not apply "
                      "(the runtime's rejection sampling is checked statistically by the tests)")
     if "grid" in settings.baselines:
-        run_grid(runner, report, encoded, settings, sampling, latency)
+        run_grid(runner, report, encoded, settings, sampling, latency, costs)
     report.meta["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     if runner.target.dtype != "float32":
         notes.append(f"{runner.target.dtype}: a forward over n tokens is not bit-identical to n one-token forwards, and "

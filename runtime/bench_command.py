@@ -34,6 +34,21 @@ def _gammas(text: str) -> tuple[int, ...]:
     return gammas
 
 
+def _budgets(text: str | None) -> tuple[int, ...]:
+    """Tree budgets of the grid from ``--grid-budgets 4,8,16,32`` (the default when the CLI has no such flag)."""
+    from specplan.runtime.bench_grid import GRID_BUDGETS
+
+    if text is None:
+        return GRID_BUDGETS
+    try:
+        budgets = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecplanError(f"--grid-budgets {text!r} must be a list of tree sizes like 4,8,16,32") from None
+    if not budgets or min(budgets) < 2 or max(budgets) > 64:
+        raise SpecplanError(f"--grid-budgets {text!r} must name tree budgets between 2 and 64 nodes")
+    return budgets
+
+
 def _assistant(profile, name: str | None) -> str | None:
     """A profile drafter network's id from --assistant ID or SPEC."""
     if name is None:
@@ -53,8 +68,10 @@ def _command_line(args) -> str:
         parts += ["--prompts", args.prompts]
     parts += ["--limit", args.limit, "--max-new-tokens", args.max_new_tokens, "--baselines", args.baselines]
     if "grid" in args.baselines:
-        parts += ["--grid-gammas", args.grid_gammas, "--grid-limit", args.grid_limit,
-                  "--grid-min-speedup", args.grid_min_speedup]
+        parts += ["--grid-gammas", args.grid_gammas]
+        if getattr(args, "grid_budgets", None):
+            parts += ["--grid-budgets", args.grid_budgets]
+        parts += ["--grid-limit", args.grid_limit, "--grid-min-speedup", args.grid_min_speedup]
     for flag, value in (("--assistant", args.assistant), ("--report", args.report)):
         if value:
             parts += [flag, value]
@@ -69,6 +86,7 @@ def command_bench(args) -> int:
         raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
     baselines = _baselines(args.baselines)
     gammas = _gammas(args.grid_gammas)
+    budgets = _budgets(getattr(args, "grid_budgets", None))  # --grid-budgets once specplan/cli.py defines it
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     assistant = _assistant(profile, args.assistant)
     prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
@@ -86,7 +104,8 @@ def command_bench(args) -> int:
 
     quiet_transformers()
     settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
-                             grid_limit=args.grid_limit, grid_min_speedup=args.grid_min_speedup, assistant=assistant)
+                             grid_budgets=budgets, grid_limit=args.grid_limit,
+                             grid_min_speedup=args.grid_min_speedup, assistant=assistant)
     runner = PlanRunner.open(plan, profile, profile_path, force=args.force)
     command = _command_line(args)
     report = run_bench(runner, prompts, settings, command=command, prompt_source=source)

@@ -83,13 +83,22 @@ def _quality(report) -> list[str]:
                   f"{quality['measured_decode_tokens_per_s']:.1f} tok/s after the prefill, {quality['measured_tokens_per_s']:.1f} "
                   f"end to end (predicted/measured {quality['predicted_over_measured']:.2f} and "
                   f"{quality['predicted_over_measured_end_to_end']:.2f}).", "",
-                  "Cost terms per target forward (round), L = (D + V) / E; effect = change of ms/token when the term alone "
-                  "takes its measured value:", "",
+                  "Cost terms per target forward (round), L = (D + V) / E (D: drafting below the target, a hierarchy's "
+                  "middle rounds included; V: the target's forward over the draft; E: tokens committed per target "
+                  "forward); effect = change of ms/token when the term alone takes its measured value:", "",
                   "| term | predicted | measured | measured/predicted | effect on ms/token |", "|---|---|---|---|---|"]
+        if not quality["terms"]:
+            lines.append("| (the plan is not among the planner's candidates: no per-term prediction) | - | - | - | - |")
         for term in quality["terms"]:
             lines.append(f"| {term['term']} | {term['predicted']:.3g} | {term['measured']:.3g} | "
                          f"{_f(term['ratio'], 2)} | {100 * term['effect']:+.0f}% |")
     return lines
+
+
+GRID_NAMES = ("Point names: `D/gG` drafter D alone, a sequence of G tokens; `D/treeN` a static tree of N nodes "
+              "(`D/dtreeN` grown best-first at run time, `+GB` with B nodes grafted from retrieval drafter G); "
+              "`A>B` a hierarchy, bottom stage first (A's stage is verified by B's drafter, which the target verifies); "
+              "`plain-runtime` the target alone.")
 
 
 def _grid(report) -> list[str]:
@@ -98,14 +107,14 @@ def _grid(report) -> list[str]:
     prompts = sorted({r.prompt_id for r in report.grid_rows}, key=str)
     lines = ["## Grid: the configurations the planner could have chosen, measured end to end", "",
              f"{len(prompts)} prompts ({', '.join(prompts)}), interleaved; speedup over `{report.grid_reference}`; "
-             "decode tok/s excludes the prefill (what the prediction covers).", "",
-             "| point | roles | predicted tok/s | measured tok/s | decode tok/s | predicted/measured | speedup | accepted/forward (predicted) | overhead | lossless |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "decode tok/s excludes the prefill (what the prediction covers).", "", GRID_NAMES, "",
+             "| point | kind | roles | predicted tok/s | measured tok/s | decode tok/s | predicted/measured | speedup | accepted/forward (predicted) | overhead | lossless |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in sorted(report.grid_table(), key=lambda r: -(r["measured_tokens_per_s"] or 0)):
-        lines.append(f"| {row['name']} | {', '.join(row['roles'])} | {row['predicted_tokens_per_s']:.1f} | "
+        lines.append(f"| {row['name']} | {row['kind']} | {', '.join(row['roles'])} | {row['predicted_tokens_per_s']:.1f} | "
                      f"{_f(row['measured_tokens_per_s'])} | {_f(row['measured_decode_tokens_per_s'])} | "
                      f"{_f(row['predicted_over_measured'], 2)} | {_x(row['speedup'])} | {_f(row['mean_accepted'], 2)} "
-                     f"({row['predicted']['accepted']:.2f}) | {_pct(row['overhead_share'])} | "
+                     f"({_f(row['predicted']['accepted'], 2)}) | {_pct(row['overhead_share'])} | "
                      f"{_yes(row['lossless'])} |")
     return lines
 

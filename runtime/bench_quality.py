@@ -8,13 +8,21 @@ Two ratios (issue 6):
   0.9-1.1). The prediction covers steady decoding (planner-math.md section 1), so the
   measured rate here excludes the prefill; the end-to-end ratio is reported beside it.
 
+Both work for every plan the runtime executes: plain decoding, a sequence stage, a tree
+stage and a hierarchy, because predictions are keyed by the plan's stages
+(:class:`~specplan.runtime.bench_grid.PlannerCosts`) and measurements are per target round.
+
 When a goal is missed, the report says which term of the cost model was off. The per-round
-time is ``L = (D + V) / E`` (D: drafting, V: one target forward over gamma + 1 tokens, E:
-accepted tokens per target forward); each term's *effect* is the relative change of L when
-that term alone takes its measured value, and *other* is the measured time per round spent
-outside drafting and the target's forwards (verification, bookkeeping), which the model
-takes as 0. The verify term is split further: the profiled T(n) at the widths the runtime
-actually verified (n-gram drafters often propose fewer than gamma tokens) against the
+time is ``L = (D + V) / E`` (planner-math.md sections 1, 2 and 4: Leviathan et al., arXiv
+2211.17192; Sequoia, arXiv 2402.12374; HSD, arXiv 2510.19705) with D: drafting per target
+round, everything below the target (for a hierarchy the middle models' own rounds included,
+the runtime's ``GenerationResult.draft_seconds``); V: one target forward over the draft
+(gamma + 1 tokens, or the tree's nodes); E: accepted tokens per target forward. Each term's
+*effect* is the relative change of L when that term alone takes its measured value, and
+*other* is the measured time per round spent outside drafting and the target's forwards
+(verification, bookkeeping), which the model takes as 0. The verify term is split further:
+the profiled T(n) at the widths the runtime actually verified (n-gram drafters often propose
+fewer than gamma tokens; a dynamic tree may hold fewer nodes than its budget) against the
 measured time of those forwards (the device running slower or faster than profiled).
 """
 
@@ -54,7 +62,10 @@ def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int],
 
 
 def term_effects(predicted: CostTerms, measured: dict) -> list[dict]:
-    """Each cost term predicted vs measured, and its effect on ms/token when it alone is replaced."""
+    """Each cost term predicted vs measured, and its effect on ms/token when it alone is replaced;
+    [] when the prediction lacks the draft / verify split (a plan none of the solves listed)."""
+    if not predicted.complete:
+        return []
     D, V, E = predicted.draft_ms, predicted.verify_ms, predicted.accepted
     base = (D + V) / E
     rows = [
@@ -78,12 +89,14 @@ def term_effects(predicted: CostTerms, measured: dict) -> list[dict]:
     return result
 
 
-def worst_term(effects: list[dict]) -> dict:
-    """The top-level term whose measured value moves ms/token the most."""
-    return max((e for e in effects if not e["term"].startswith(" ")), key=lambda e: abs(e["effect"]))
+def worst_term(effects: list[dict]) -> dict | None:
+    """The top-level term whose measured value moves ms/token the most (None without terms)."""
+    return max((e for e in effects if not e["term"].startswith(" ")), key=lambda e: abs(e["effect"]), default=None)
 
 
-def _describe(effect: dict) -> str:
+def _describe(effect: dict | None) -> str:
+    if effect is None:
+        return "unknown: the planner's per-round terms of this configuration are not known"
     direction = "slower" if effect["effect"] > 0 else "faster"
     return (f"{effect['term'].strip()}: predicted {effect['predicted']:.3g}, measured {effect['measured']:.3g} "
             f"({100 * abs(effect['effect']):.0f}% {direction} per token from this term alone)")

@@ -7,6 +7,10 @@ aggregate, see :func:`~specplan.runtime.bench_metrics.aggregate`), ``headline`` 
 category: the plan's speedup over plain and its ratio to the best transformers peer),
 ``rows`` (one per prompt and method), ``grid`` (points with predicted and measured terms,
 and their rows), ``plan_quality``, ``lossless``, ``notes``, ``plots``.
+
+Schema 2: a grid point is identified by its ``stages`` (bottom first, as in plan.yaml; [] =
+plain decoding) and ``kind`` (plain | sequence | tree | hierarchy) instead of one drafter and
+gamma, so that trees and hierarchies are points too.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specplan.plan import Stage
 from specplan.runtime.bench_metrics import Row, aggregate, finite_or_none, lossless_verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PEERS = ("hf-assisted", "hf-lookup")
 
 
@@ -31,6 +36,20 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(item) for item in value]
     return value
+
+
+def stage_record(stage: Stage) -> dict:
+    """A stage as plan.yaml writes it: drafter, verifier and the shape's set fields."""
+    shape = {key: list(value) if isinstance(value, tuple) else value
+             for key, value in asdict(stage.shape).items() if value not in (0, False, (), "")}
+    return {"drafter": stage.drafter, "verifier": stage.verifier, "shape": {"kind": stage.shape.kind, **shape}}
+
+
+def point_kind(stages: tuple[Stage, ...]) -> str:
+    """plain | sequence | tree | hierarchy."""
+    if not stages:
+        return "plain"
+    return "hierarchy" if len(stages) > 1 else stages[0].shape.kind
 
 
 @dataclass
@@ -104,8 +123,9 @@ class BenchReport:
             agg = aggregate(rows, reference, self.meta["dtype"]) if rows else {}
             decode = measured.get("decode_tokens_per_s") if measured else None
             table.append({
-                "name": name, "summary": point.summary, "drafter": point.drafter, "gamma": point.gamma,
-                "roles": list(point.roles), "predicted": {k: round(v, 4) for k, v in asdict(point.predicted).items()},
+                "name": name, "summary": point.summary, "kind": point_kind(point.stages),
+                "stages": [stage_record(stage) for stage in point.stages], "roles": list(point.roles),
+                "predicted": {k: finite_or_none(v) for k, v in asdict(point.predicted).items()},
                 "predicted_tokens_per_s": round(point.predicted.tokens_per_s, 3),
                 "measured_tokens_per_s": agg.get("tokens_per_s"),
                 "measured_decode_tokens_per_s": finite_or_none(decode, 3),

@@ -4,7 +4,8 @@
 - ``acceptance.png``: per (drafter, verifier) pair, alpha and the positional (rank) acceptance;
 - ``speedup_by_category.png``: every method's speedup over plain per category;
 - ``predicted_vs_measured.png``: the planner's predicted tokens/s against the measured one for
-  every grid point (the chosen plan highlighted);
+  every grid point, one marker per kind (plain, sequence, tree, hierarchy), the chosen plan in
+  red; the plan, plain decoding and the fastest point named;
 - ``plan.png``: the chosen plan: its stages and each stage's draft shape (a chain of gamma
   tokens, or the tree drawn from its parent array).
 
@@ -101,27 +102,51 @@ def plot_speedup(report, folder: Path) -> str:
     return _save(figure, folder, "speedup_by_category.png")
 
 
-def plot_predicted_vs_measured(report, folder: Path) -> str:
-    figure, axes = _figure(size=(5.0, 4.0))
+MARKERS = {"plain": "s", "sequence": "o", "tree": "^", "hierarchy": "D", "plan": "*"}  # "plan": no grid ran
+
+
+def _grid_points(report) -> list[dict]:
+    """The grid's measured points; the plan alone (from plan quality) when the grid did not run."""
     points = [row for row in report.grid_table() if row["measured_decode_tokens_per_s"]]
     if not points and report.quality.get("measured_decode_tokens_per_s"):
-        points = [{"name": "plan", "roles": ["plan"], "predicted_tokens_per_s": report.quality["predicted_tokens_per_s"],
+        points = [{"name": "plan", "kind": "plan", "roles": ["plan"],
+                   "predicted_tokens_per_s": report.quality["predicted_tokens_per_s"],
                    "measured_decode_tokens_per_s": report.quality["measured_decode_tokens_per_s"]}]
-    xs = [p["predicted_tokens_per_s"] for p in points]
-    ys = [p["measured_decode_tokens_per_s"] for p in points]
-    colors = ["tab:red" if "plan" in p["roles"] else "tab:gray" if "plain" in p["roles"] else "tab:blue" for p in points]
-    axes.scatter(xs, ys, c=colors, s=18)
-    for point, x, y in zip(points, xs, ys):
-        if {"plan", "plain", "alternative"} & set(point["roles"]):
-            axes.annotate(point["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    top = max(xs + ys + [1.0]) * 1.1
+    return points
+
+
+def _labelled(points: list[dict]) -> set[str]:
+    """Points to name on the plot: the plan, plain decoding and the fastest measured."""
+    names = {p["name"] for p in points if {"plan", "plain"} & set(p["roles"])}
+    if points:
+        names.add(max(points, key=lambda p: p["measured_decode_tokens_per_s"])["name"])
+    return names
+
+
+def plot_predicted_vs_measured(report, folder: Path) -> str:
+    figure, axes = _figure(size=(5.6, 4.4))
+    points = _grid_points(report)
+    for kind, marker in MARKERS.items():
+        group = [p for p in points if p["kind"] == kind]
+        if group:
+            axes.scatter([p["predicted_tokens_per_s"] for p in group], [p["measured_decode_tokens_per_s"] for p in group],
+                         c=["tab:red" if "plan" in p["roles"] else "tab:gray" if "plain" in p["roles"] else "tab:blue"
+                            for p in group], marker=marker, s=22)
+            axes.scatter([], [], c="black", marker=marker, s=22, label=kind)  # legend: the kind's marker only
+    named = _labelled(points)
+    for point in points:
+        if point["name"] in named:
+            axes.annotate(point["name"], (point["predicted_tokens_per_s"], point["measured_decode_tokens_per_s"]),
+                          fontsize=6, xytext=(3, 3), textcoords="offset points")
+    top = max([p["predicted_tokens_per_s"] for p in points] + [p["measured_decode_tokens_per_s"] for p in points]
+              + [1.0]) * 1.1
     axes.plot([0, top], [0, top], color="black", linewidth=0.8)
     axes.fill_between([0, top], [0, top / 1.1], [0, top / 0.9], color="tab:green", alpha=0.15, label="predicted/measured 0.9-1.1")
     axes.set_xlim(0, top)
     axes.set_ylim(0, top)
     axes.set_xlabel("predicted tokens/s")
     axes.set_ylabel("measured tokens/s (after prefill)")
-    axes.set_title("Predicted vs measured (red: the plan)", fontsize=9)
+    axes.set_title("Predicted vs measured per grid point (red: the plan; gray: plain)", fontsize=9)
     axes.legend(fontsize=7, loc="upper left")
     return _save(figure, folder, "predicted_vs_measured.png")
 

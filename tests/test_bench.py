@@ -1,5 +1,6 @@
-"""``specplan bench`` on a tiny random model (2 prompts): the report's structure, and that the
-lossless check, the plan-quality verdict and the plots' dependency check can fail."""
+"""``specplan bench`` on a tiny random model (2 prompts): the report's structure, the grid's
+tree and hierarchy points, plan quality for a tree plan, and that the lossless check, the
+plan-quality verdict and the plots' dependency check can fail."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 from specplan.cli import main
 from specplan.plan import load_plan
 from specplan.profile import AcceptanceEntry, LatencyCurve, ModelEntry, Profile, RetrievalEntry, load_profile, save_profile
-from specplan.runtime.bench_grid import CostTerms, grid_points
+from specplan.plan import Stage, StageShape
+from specplan.runtime.bench_grid import CostTerms, grid_points, point_name, unique_names
 from specplan.runtime.bench_metrics import LosslessCheck, check_lossless, first_divergence, lossless_verdict
 from specplan.runtime.bench_quality import plan_quality, term_effects
 
@@ -22,7 +24,8 @@ METHODS = {"plan", "plain", "plain-runtime", "hf-assisted", "hf-lookup"}
 
 
 def tiny_profile(model_dir: str) -> Profile:
-    """A made-up profile of the tiny model in which layerskip-2 is the best drafter (no measuring)."""
+    """A made-up profile of the tiny model (no measuring) in which the best plan is a hierarchy
+    ngram-3 -> layerskip-2 -> target, the best one-stage plan a layerskip-2 tree."""
     from specplan.runtime.models import fingerprint
     from specplan.runtime.profiler.device import describe_device
 
@@ -33,8 +36,11 @@ def tiny_profile(model_dir: str) -> Profile:
         device=describe_device(torch.device("cpu")),
         models=(ModelEntry("target", model_dir, fingerprint(model_dir), dtype="float32", role="target", latency=curve(2.0)),
                 ModelEntry("layerskip-2", "layerskip:2", "", dtype="float32", role="drafter", latency=curve(0.5), base="target")),
-        acceptance=(AcceptanceEntry("layerskip-2", "target", 0.0, 0.8, 8, (2, 2, 2, 2, 2, 2, 2, 2, 20), samples=36),
-                    AcceptanceEntry("ngram-3", "target", 0.0, 0.2, 8, (30, 4, 1, 1, 0, 0, 0, 0, 0), samples=36)),
+        acceptance=(AcceptanceEntry("layerskip-2", "target", 0.0, 0.8, 8, (2, 2, 2, 2, 2, 2, 2, 2, 20), (0.7, 0.1, 0.05),
+                                    samples=36),
+                    AcceptanceEntry("ngram-3", "target", 0.0, 0.2, 8, (30, 4, 1, 1, 0, 0, 0, 0, 0), (0.2, 0.1), samples=36),
+                    AcceptanceEntry("ngram-3", "layerskip-2", 0.0, 0.5, 8, (10, 8, 6, 4, 2, 2, 1, 1, 2), (0.5, 0.2),
+                                    samples=36)),
         retrieval=(RetrievalEntry("ngram-3", "ngram:3", 0.05),),
     )
 
@@ -44,6 +50,7 @@ def bench_inputs(tmp_path_factory, tiny_model_dir):
     folder = tmp_path_factory.mktemp("bench")
     save_profile(tiny_profile(tiny_model_dir), folder / "profile.yaml")
     assert main(["plan", str(folder / "profile.yaml"), "-o", str(folder / "plan.yaml")]) == 0
+    assert main(["plan", str(folder / "profile.yaml"), "--stages", "1", "-o", str(folder / "tree-plan.yaml")]) == 0
     prompts = folder / "prompts.jsonl"
     prompts.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["Write a short poem about caches."]})
                        + "\n" + json.dumps({"question_id": 2, "category": "math", "turns": ["What is 12 times 13?"]}) + "\n")
@@ -57,7 +64,7 @@ def run_cli(folder, report, *extra) -> int:
 
 def test_report_structure(bench_inputs, tmp_path, capsys):
     plan = load_plan(bench_inputs / "plan.yaml")
-    assert plan.stages and plan.stages[0].drafter == "layerskip-2"  # so that hf-assisted has a drafter network
+    assert [stage.drafter for stage in plan.stages] == ["ngram-3", "layerskip-2"]  # layerskip-2: hf-assisted's assistant
     code = run_cli(bench_inputs, tmp_path, "--baselines", "plain,plain-runtime,hf-assisted,hf-lookup,grid",
                    "--grid-gammas", "2,3", "--grid-limit", "1", "--grid-min-speedup", "0", "--no-plots")
     out = capsys.readouterr().out
@@ -77,9 +84,14 @@ def test_report_structure(bench_inputs, tmp_path, capsys):
     assert set(report["headline"]) == {"writing", "math", "all"}
     assert report["headline"]["all"]["best_peer"] in ("hf-assisted", "hf-lookup")
     assert all(entry["ok"] for entry in report["lossless"].values()), report["lossless"]  # float32: token-identical
-    names = {point["name"] for point in report["grid"]["points"]}
-    assert {"plain-runtime", "layerskip-2/g2", "layerskip-2/g3", "ngram-3/g2", "ngram-3/g3"} <= names
-    assert any("plan" in point["roles"] for point in report["grid"]["points"])
+    points = {point["name"]: point for point in report["grid"]["points"]}
+    assert {"plain-runtime", "layerskip-2/g2", "layerskip-2/g3", "ngram-3/g2", "ngram-3/g3"} <= set(points)
+    assert points[point_name(plan.stages)]["roles"] == ["plan"]  # the hierarchy itself, measured
+    kinds = {point["kind"] for point in points.values() if point["measured_tokens_per_s"]}
+    assert kinds == {"plain", "sequence", "tree", "hierarchy"}
+    trees = [point for point in points.values() if point["kind"] == "tree"]
+    assert {point["stages"][0]["drafter"] for point in trees} == {"layerskip-2", "ngram-3"}
+    assert all(point["measured_terms"]["accepted"] >= 1 and point["lossless"] for point in trees)
     quality = report["plan_quality"]
     assert {"predicted_over_measured", "plan_over_best", "terms", "verdict"} <= set(quality)
     assert report["plots"] == []
@@ -162,11 +174,72 @@ def test_quality_verdict_names_the_term_that_was_off():
 
 def test_grid_points_put_the_plan_first(bench_inputs):
     plan = load_plan(bench_inputs / "plan.yaml")
-    points, notes = grid_points(plan, load_profile(bench_inputs / "profile.yaml"), (2, 4))
+    points, notes = grid_points(plan, load_profile(bench_inputs / "profile.yaml"), (2, 4), budgets=(4, 8))
     assert "plan" in points[0].roles and "plain" in points[1].roles
-    assert {(p.drafter, p.gamma) for p in points if "grid" in p.roles} == {
+    assert points[0].stages == plan.stages and points[0].name == point_name(plan.stages)
+    assert len({p.name for p in points}) == len(points) == len({p.stages for p in points})
+    grid = [p for p in points if "grid" in p.roles]
+    assert {(p.drafter, p.gamma) for p in grid if p.stages[0].shape.kind == "sequence"} == {
         ("layerskip-2", 2), ("layerskip-2", 4), ("ngram-3", 2), ("ngram-3", 4)}
-    assert all(p.predicted.ms_per_token > 0 for p in points) and any("tree" in note for note in notes)
+    trees = [p for p in grid if p.stages[0].shape.kind == "tree"]
+    assert {p.drafter for p in trees} == {"layerskip-2", "ngram-3"}
+    assert all(len(p.stages[0].shape.parents) <= 8 and p.name == point_name(p.stages) for p in trees)
+    alternatives = {a.summary for a in plan.alternatives}
+    assert len([p for p in points if "alternative" in p.roles]) == len(alternatives)  # every one matched
+    assert all(p.predicted.complete and p.predicted.ms_per_token > 0 for p in points)
+    assert not any("tree" in note for note in notes)
+
+
+def test_point_names_are_readable_and_unique():
+    def stage(drafter, verifier, **shape):
+        return Stage(drafter, verifier, StageShape(**shape))
+
+    tree = stage("recycle", "layerskip-26", kind="tree", budget=16, depth=3, parents=(-1,) + tuple(range(15)))
+    hierarchy = (tree, stage("layerskip-26", "target", kind="sequence", gamma=2))
+    assert point_name(()) == "plain-runtime"
+    assert point_name(hierarchy) == "recycle/tree16>layerskip-26/g2"
+    assert point_name((stage("ngram-3", "target", kind="sequence", gamma=4),)) == "ngram-3/g4"
+    dynamic = stage("layerskip-2", "target", kind="tree", budget=8, depth=3, dynamic=True,
+                    graft="cache", graft_budget=2)
+    assert point_name((dynamic,)) == "layerskip-2/dtree8+cache2"
+    wide = stage("recycle", "target", kind="tree", budget=4, depth=1, parents=(-1, 0, 0, 0))
+    deep = stage("recycle", "target", kind="tree", budget=4, depth=2, parents=(-1, 0, 0, 1))
+    names = unique_names([(wide,), (deep,)])
+    assert names == {(wide,): "recycle/tree4d1", (deep,): "recycle/tree4d2"}
+
+
+def test_plan_quality_for_a_tree_plan(bench_inputs):
+    from specplan.commands import load_plan_and_profile
+    from specplan.prompts import read_prompts
+    from specplan.runtime.bench import BenchSettings, run_bench
+    from specplan.runtime.runner import PlanRunner
+
+    plan, profile, path = load_plan_and_profile(str(bench_inputs / "tree-plan.yaml"))
+    assert len(plan.stages) == 1 and plan.stages[0].shape.kind == "tree"
+    settings = BenchSettings(max_new_tokens=6, baselines=("plain", "grid"), grid_gammas=(2,), grid_budgets=(4,),
+                             grid_limit=1, grid_min_speedup=0.0)
+    report = run_bench(PlanRunner.open(plan, profile, path), read_prompts(bench_inputs / "prompts.jsonl"), settings)
+    quality = report.quality
+    assert quality["predicted_tokens_per_s"] == pytest.approx(plan.predicted.tokens_per_s, rel=1e-3)
+    assert quality["measured_decode_tokens_per_s"] > 0 and quality["predicted_over_measured"] > 0
+    terms = {term["term"]: term for term in quality["terms"]}
+    assert terms["accepted per target forward"]["predicted"] == pytest.approx(plan.predicted.accepted_per_target_forward,
+                                                                             abs=1e-3)
+    assert terms["verify time per round (ms)"]["measured"] > 0
+    plan_point = report.grid[point_name(plan.stages)]
+    assert plan_point["point"].roles[0] == "plan" and plan_point["measured"]["rounds"] >= 1
+    assert quality["plan_over_best"] > 0 and quality["best_grid_point"] in report.grid
+    assert any(line.startswith("choice") for line in quality["verdict"])
+    assert report.lossless()["plan"]["ok"] is True
+
+
+def test_quality_without_the_planners_terms_still_has_the_prediction():
+    predicted = CostTerms(float("nan"), float("nan"), accepted=2.0, ms_per_token=10.0)
+    measured = {"draft_ms": 4.0, "verify_ms": 40.0, "accepted": 2.0, "other_ms": 1.0, "decode_tokens_per_s": 50.0,
+                "tokens_per_s": 40.0}
+    quality = plan_quality("p", predicted, measured, {}, None)
+    assert quality["predicted_over_measured"] == 2.0 and quality["terms"] == []
+    assert "unknown" in quality["verdict"][0]
 
 
 def test_missing_matplotlib_is_one_line_exit_2(bench_inputs, tmp_path, capsys, monkeypatch):
