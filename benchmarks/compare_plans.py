@@ -64,7 +64,11 @@ def contenders(profile, drafter: str | None = None) -> dict:
         for name, candidate in ((f"best-with-{drafter}", using), (f"best-without-{drafter}", without)):
             if candidate is not None:
                 plans[name] = plan_for_candidate(result, candidate)
-    return plans
+    unique = {}
+    for name, plan in plans.items():  # one method per distinct configuration, the first name wins
+        if all(plan.stages != kept.stages for kept in unique.values()):
+            unique[name] = plan
+    return unique
 
 
 def summarize(rows, methods, predicted) -> list[dict]:
@@ -90,19 +94,26 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--dtype", default=None, help="target compute dtype (default: the profile's)")
+    parser.add_argument("--quant", default=None,
+                        help="load the target at this precision instead of the profile's (none | nf4 | gptq): runs the "
+                             "same plans, e.g. NF4 in float32 for exact token identity (GPTQ's CPU kernel computes in "
+                             "bfloat16 whatever --dtype says)")
     parser.add_argument("--drafter", default=None, help="also compare the best plans with and without this drafter id")
+    parser.add_argument("--only", default=None, help="comma list of plan names to run beside plain (e.g. best-hierarchy)")
     parser.add_argument("--json", default=None, help="write the table and per-prompt rows here")
     args = parser.parse_args()
     quiet_transformers()
     profile = load_profile(args.profile)
     device = torch.device("cpu")
     entry = profile.target
-    target = load_model(entry.source, args.dtype or entry.dtype, str(device), quant=entry.quant)
+    target = load_model(entry.source, args.dtype or entry.dtype, str(device), quant=args.quant or entry.quant)
     sampling = SamplingConfig()
     plain = SpeculativeEngine(target.model, device, eos_ids(target))
-    methods = [EngineMethod("plain", "plain", plain, sampling, f"{entry.id} ({entry.quant}, {entry.dtype}) alone")]
+    methods = [EngineMethod("plain", "plain", plain, sampling, f"{entry.id} ({args.quant or entry.quant}, {target.dtype}) alone")]
     plans = contenders(profile, args.drafter)
     best = plans["planner"].predicted
+    if args.only:
+        plans = {name: plan for name, plan in plans.items() if name in args.only.split(",")}
     predicted = {"plain": best.tokens_per_s / best.speedup}  # 1000 / T_target(1)
     for name, plan in plans.items():
         methods.append(EngineMethod(name, "plan", build_engine(plan, profile, target, device), sampling, plan.summary()))
@@ -112,7 +123,7 @@ def main() -> None:
     warm_up(methods, encoded[0][1], 8)
     rows = interleave(methods, encoded, args.max_new_tokens, "plain", target.model, sampling, predicted, "hierarchy bench")
     table = summarize(rows, methods, predicted)
-    print(f"target {entry.id}: {entry.source} quant={entry.quant} dtype={target.dtype}, {len(prompts)} evaluation prompts, "
+    print(f"target {entry.id}: {entry.source} quant={args.quant or entry.quant} dtype={target.dtype}, {len(prompts)} evaluation prompts, "
           f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
     print("| method | configuration | tok/s | predicted tok/s | median speedup | accepted/forward | identical |")
     print("|---|---|---|---|---|---|---|")

@@ -3,22 +3,85 @@
 At temperature 0 a chain drafted from position t is accepted up to the first token where
 the drafter's choice differs from the verifier's greedy continuation. Replaying the
 verifier's output therefore gives, with one drafter forward per prompt (teacher forcing on
-the verifier's tokens, which are exactly the drafts as long as they match):
+the verifier's tokens, which are exactly the drafts as long as they match), every statistic
+below.
 
-- ``accepted_hist[a]``: chains of length gamma (one per start position) with a accepted;
-- ``alpha``: the per-token acceptance that maximises the likelihood of that histogram
-  under Leviathan et al.'s i.i.d. model (arXiv 2211.17192): accepted / (accepted + rejections);
-- ``rank_accept[k]``: how often the verifier's token is the drafter's (k+1)-th ranked
-  candidate (Sequoia's positional acceptance, arXiv 2402.12374).
+Round by round, as the runtime plays (runtime/stage.py): a draft starts only at a round's
+root. A round at output position t that accepts a tokens commits them and the bonus token,
+so the next round starts at t + a + 1. Counting a chain at *every* position instead weights
+a long copied stretch once per token although the runtime crosses it in a few rounds, and
+over-predicts the accepted length (ngram:3, gamma 8, default model on CPU: predicted 2.10,
+measured 1.39). So:
+
+- ``accepted_hist[a]``: the rounds of a gamma-chain runtime (Leviathan et al., arXiv
+  2211.17192) with a accepted: start at 0, jump to t + a + 1; a round whose chain would run
+  past the output is not counted (its accepted length is not observed in full).
+- ``alpha``: the per-token acceptance that maximises the likelihood of that histogram under
+  Leviathan et al.'s i.i.d. model (arXiv 2211.17192): accepted / (accepted + rejections).
+- ``rank_accept[k]``: Sequoia's positional acceptance (arXiv 2402.12374, section 3): the
+  probability that the (k+1)-th ranked child of a node is the accepted one, which its tree
+  DP applies at every node a round reaches. Sampled at the nodes a tree round reaches: the
+  root at each round start and every node along the accepted path (a depth > 1 node's
+  children are ranked at the accepted parent's position). The replayed tree is the widest
+  one the statistic describes: ``width`` ranked children per node, depth ``gamma``; the path
+  goes on while the verifier's token is among the drafter's top ``width``, and after a
+  full-depth path the bonus position is skipped, as at run time. The frequencies are the
+  maximum-likelihood estimate of Sequoia's rank distribution from those rounds (for rank 0
+  on a chain, the same estimate as ``alpha``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+
+def chain_rounds(matches: Sequence[bool], gamma: int) -> list[tuple[int, int]]:
+    """``(start, accepted)`` of each round a gamma-chain runtime plays over ``matches``.
+
+    ``matches[t]``: the drafter's token at output position t (drafted after the verifier's
+    tokens 0..t-1) equals the verifier's. A round at t accepts the leading matches, at most
+    gamma (Leviathan et al., arXiv 2211.17192), then the bonus token: the next round starts at
+    t + accepted + 1. Rounds whose chain would run past the output are left out.
+
+    >>> chain_rounds([True, True, True, False, True], 2)
+    [(0, 2), (3, 0)]
+    """
+    rounds = []
+    start = 0
+    while start + gamma <= len(matches):
+        accepted = 0
+        while accepted < gamma and matches[start + accepted]:
+            accepted += 1
+        rounds.append((start, accepted))
+        start += accepted + 1
+    return rounds
+
+
+def tree_round_positions(length: int, depth: int, accepted_at: Callable[[int, int], bool]) -> list[int]:
+    """Output positions whose ranked children a depth-capped tree round reaches, in order.
+
+    A round rooted before position ``start`` ranks children at ``start`` and, while
+    ``accepted_at(position, start)`` says the verifier's token is one of them, at the next
+    position, down to ``depth`` levels (Sequoia, arXiv 2402.12374). It commits the accepted
+    path and the bonus token, so the next round starts after the bonus position.
+
+    >>> tree_round_positions(6, 2, lambda position, start: True)
+    [0, 1, 3, 4]
+    """
+    visited = []
+    start = 0
+    while start < length:
+        accepted = 0
+        while accepted < depth and start + accepted < length:
+            visited.append(start + accepted)
+            if not accepted_at(start + accepted, start):
+                break
+            accepted += 1
+        start += accepted + 1
+    return visited
 
 
 @dataclass
@@ -38,33 +101,43 @@ class AcceptanceCounter:
         self.rank_hits = [0] * self.width
 
     def add_matches(self, matches: Sequence[bool]) -> None:
-        """``matches[t]``: the drafter's top choice at output position t equals the verifier's token."""
-        run = 0
-        runs = [0] * len(matches)
-        for index in range(len(matches) - 1, -1, -1):
-            run = run + 1 if matches[index] else 0
-            runs[index] = run
-        for start in range(0, len(matches) - self.gamma + 1):
-            self.hist[min(runs[start], self.gamma)] += 1
+        """One prompt's ``matches[t]`` (the drafter's top choice at output position t equals the
+        verifier's token), counted per round of a gamma-chain runtime (:func:`chain_rounds`)."""
+        for _, accepted in chain_rounds(matches, self.gamma):
+            self.add_chain(accepted)
 
     def add_chain(self, accepted: int) -> None:
+        """One round's chain with ``accepted`` draft tokens accepted."""
         self.hist[min(accepted, self.gamma)] += 1
 
     def add_ranks(self, ranks: Sequence[int]) -> None:
-        """Rank (0-based) of the verifier's token among the drafter's top ``width``; -1 if absent."""
+        """Rank (0-based) of the verifier's token among the drafter's top ``width``; -1 if absent.
+
+        Every rank given is counted; :meth:`add_tree_ranks` picks the positions a tree round reaches.
+        """
         for rank in ranks:
             self.positions += 1
             if 0 <= rank < self.width:
                 self.rank_hits[rank] += 1
 
+    def add_tree_ranks(self, ranks: Sequence[int]) -> None:
+        """One prompt's ranks per output position, counted at the positions a width-``width``,
+        depth-``gamma`` tree round reaches (:func:`tree_round_positions`; Sequoia arXiv 2402.12374)."""
+        reached = tree_round_positions(len(ranks), self.gamma,
+                                       lambda position, start: 0 <= ranks[position] < self.width)
+        self.add_ranks([ranks[position] for position in reached])
+
     @property
     def alpha(self) -> float:
+        """MLE of the i.i.d. per-token acceptance from the histogram (arXiv 2211.17192):
+        accepted tokens / (accepted tokens + rejections); full-gamma rounds have no rejection."""
         accepted = sum(a * count for a, count in enumerate(self.hist))
         rejections = sum(self.hist[: self.gamma])
         return accepted / (accepted + rejections) if accepted + rejections else 0.0
 
     @property
     def rank_accept(self) -> tuple[float, ...]:
+        """Sequoia's positional acceptance p_1..p_W (arXiv 2402.12374) over the reached nodes."""
         if not self.positions:
             return ()
         return tuple(hit / self.positions for hit in self.rank_hits)
@@ -73,10 +146,12 @@ class AcceptanceCounter:
 @torch.inference_mode()
 def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_ids: Sequence[int],
                  output_ids: Sequence[int], device: torch.device) -> torch.Tensor:
-    """One teacher-forced drafter forward over prompt + output; count matches and ranks.
+    """One teacher-forced drafter forward over prompt + output; count rounds and ranks.
 
-    Returns the drafter's top-``width`` tokens at each output position, long [output, width]
-    (the model's siblings that retrieval grafts are measured beside).
+    The chain histogram counts the rounds of a gamma-chain runtime (:func:`chain_rounds`), the
+    ranks the nodes a tree round reaches (:func:`tree_round_positions`). Returns the drafter's
+    top-``width`` tokens at every output position, long [output, width] (the model's siblings
+    that retrieval grafts are measured beside).
     """
     if not output_ids:
         return torch.zeros(0, counter.width, dtype=torch.long)
@@ -89,5 +164,5 @@ def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_id
     hits = top == truth  # [output, width]
     ranks = torch.where(hits.any(-1), hits.float().argmax(-1), torch.full((len(output_ids),), -1)).tolist()
     counter.add_matches([rank == 0 for rank in ranks])
-    counter.add_ranks(ranks)
+    counter.add_tree_ranks(ranks)
     return top
