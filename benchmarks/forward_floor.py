@@ -31,6 +31,8 @@ import time
 
 import torch
 
+from quant_latency import context_ids  # noqa: E402 - the sibling benchmark (its folder is on sys.path)
+
 from specplan.runtime.models import load_model, quiet_transformers
 from specplan.runtime.modes import session_options
 from specplan.runtime.profiler.latency import WIDTHS
@@ -82,19 +84,6 @@ def floor_ms(model: torch.nn.Module, context: int, bandwidth: float, rate: float
     parameters = sum({p.data_ptr(): p.numel() for p in model.parameters()}.values())
     memory = (weight_bytes(model) + kv_bytes(model, context)) / bandwidth
     return [1000.0 * max(memory, 2 * parameters * n / rate) for n in WIDTHS]
-
-
-def context_ids(tokenizer, length: int) -> list[int]:
-    """``length`` tokens of chat-templated calibration prompts (as ``specplan profile`` uses)."""
-    from specplan.prompts import spec_bench_split, stratified
-    from specplan.runtime.chat import encode_prompt
-
-    ids: list[int] = []
-    for prompt in stratified(spec_bench_split("calibration"), 40):
-        ids.extend(encode_prompt(tokenizer, prompt.text))
-        if len(ids) >= length:
-            break
-    return (ids * (length // max(1, len(ids)) + 1))[:length]
 
 
 def curve(session: ModelSession, context: list[int], repeats: int, clock: str) -> list[float]:
