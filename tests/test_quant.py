@@ -170,7 +170,8 @@ def test_profile_with_quant_nf4_target_and_variant(quant_cache, tiny_dir, tmp_pa
     assert models["layerskip-2"].quant == "nf4"  # it shares the 4-bit weights
     assert (models["target-float32"].quant, models["target-float32"].role) == ("none", "variant")
     assert all(len(m.latency[0].ms) == 7 for m in profile.models)
-    assert {a.verifier for a in profile.acceptance} == {"target"}
+    assert {a.verifier for a in profile.acceptance} == {"target", "layerskip-2"}  # layerskip-2: a candidate middle
+    assert ("ngram-3", "layerskip-2") in {(a.drafter, a.verifier) for a in profile.acceptance}
     assert (tmp_path / "plan.yaml").is_file()
 
 
