@@ -28,6 +28,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -168,6 +169,7 @@ def main() -> None:
             "weight_bytes": weight_bytes(model), "kv_bytes": kv_bytes(model, args.context),
             "matmul_gflop_s": rate / 1e9, "floor_ms": floor, **measured}
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)
 

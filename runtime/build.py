@@ -13,6 +13,8 @@ from specplan.profile import Profile
 from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
+from specplan.runtime.drafters.head import HeadDrafter
+from specplan.runtime.drafters.head_model import load_head
 from specplan.runtime.drafters.hierarchy import HierarchyDrafter
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
 from specplan.runtime.drafters.model import ModelDrafter
@@ -21,7 +23,7 @@ from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import LoadedModel, load_model
+from specplan.runtime.models import DTYPES, LoadedModel, load_model
 from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner
 
@@ -52,10 +54,19 @@ def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device) 
         return DrafterBuild(spec, NgramDrafter(int(spec.argument)), None)
     if spec.kind in ("recycle", "cache"):
         return DrafterBuild(spec, _retrieval_tree_drafter(spec), None)
+    if spec.kind == "head":
+        head = _head_network(spec, target, device)
+        return DrafterBuild(spec, HeadDrafter(spec.id, head, device), head)
     if spec.kind in ("layerskip", "model"):
         network = _drafter_network(spec, target, device)
         return DrafterBuild(spec, ModelDrafter(spec.id, network, device), network)
-    raise DrafterSpecError(f"drafter {spec.source!r} cannot run in this version; use ngram:N, layerskip:K, model:MODEL, recycle or cache")
+    raise DrafterSpecError(f"drafter {spec.source!r} cannot run in this version; use ngram:N, layerskip:K, "
+                           "model:MODEL, head:DIR, recycle or cache")
+
+
+def _head_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
+    """The draft head saved in ``spec.argument``, sharing the target's embedding, in the target's dtype."""
+    return load_head(spec.argument, target.model, DTYPES[target.dtype], device)
 
 
 def _retrieval_tree_drafter(spec: DrafterSpec):
@@ -72,9 +83,12 @@ def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.dev
     """A live tree drafter for ``spec``; ``network`` reuses an already built drafter model."""
     if spec.is_retrieval:
         return _retrieval_tree_drafter(spec)
+    if spec.kind == "head":
+        return HeadDrafter(spec.id, network if network is not None else _head_network(spec, target, device), device)
     if spec.kind in ("layerskip", "model"):
         return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device)
-    raise DrafterSpecError(f"drafter {spec.source!r} cannot draft trees; use ngram:N, layerskip:K, model:MODEL, recycle or cache")
+    raise DrafterSpecError(f"drafter {spec.source!r} cannot draft trees; use ngram:N, layerskip:K, model:MODEL, head:DIR, "
+                           "recycle or cache")
 
 
 def tree_shape(shape: StageShape) -> TreeShape:
@@ -164,8 +178,8 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     drafter = _bottom_drafter(plan.stages[0], profile, target, device)
     for below in plan.stages[:-1]:
         middle = parse_drafter_spec(drafter_source(profile, below.verifier))
-        if middle.is_retrieval:
-            raise PlanError(f"{below.verifier!r} verifies a stage but is a retrieval drafter; fix the plan")
+        if middle.is_retrieval or middle.kind == "head":
+            raise PlanError(f"{below.verifier!r} verifies a stage but is a {middle.kind} drafter, not a model; fix the plan")
         session = ModelSession(_drafter_network(middle, target, device), device)
         runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **_stage_shape(below))
         drafter = HierarchyDrafter(below.verifier, runner, stop)

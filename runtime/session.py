@@ -11,6 +11,11 @@ The cache is transformers' ``DynamicCache`` (``cache="dynamic"``) or our preallo
 ``compiled=True`` (static cache only) steps of up to 64 tokens run a torch.compile'd forward
 with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow
 ``SPECPLAN_RUNTIME`` (:mod:`specplan.runtime.modes`; default ``eager``: the dynamic cache).
+
+With ``keep_features`` set (a draft head reads them: EAGLE, arXiv 2401.15077), every forward
+also returns the model's last hidden state (the final norm's output, what the LM head reads)
+and ``features`` [len(cached), hidden] stays aligned with ``cached`` through extend, keep and
+rewind. Such forwards run eagerly (the compiled graphs return logits only).
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class ModelSession:
             self.step = compiled_step(model, self.device)
         self.cache = self._new_cache()
         self.cached: list[int] = []  # token ids whose keys/values the cache holds, in order
+        self.keep_features = False  # set by a draft head that reads this model's hidden states
+        self.features: torch.Tensor | None = None  # [len(cached), hidden] when keep_features
         self.forwards = 0
         self.forward_seconds = 0.0
 
@@ -66,6 +73,7 @@ class ModelSession:
         else:
             self.cache = kv.new_cache(self.model)
         self.cached = []
+        self.features = None
 
     def rewind_to(self, context: Sequence[int]) -> list[int]:
         """Trim the cache to its longest prefix shared with ``context``, keeping at least the
@@ -74,10 +82,16 @@ class ModelSession:
         limit = min(len(self.cached), len(context) - 1)
         while shared < limit and self.cached[shared] == context[shared]:
             shared += 1
-        if shared < len(self.cached):
-            kv.trim(self.cache, shared)
-            del self.cached[shared:]
+        self.trim(shared)
         return list(context[shared:])
+
+    def trim(self, length: int) -> None:
+        """Keep only the first ``length`` cached positions (no-op when it holds no more)."""
+        if length < len(self.cached):
+            kv.trim(self.cache, length)
+            del self.cached[length:]
+            if self.features is not None:
+                self.features = self.features[:length]
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
@@ -88,7 +102,9 @@ class ModelSession:
         """
         start = now(self.device)
         tokens = [int(t) for t in tokens]
-        if self._use_compiled(len(tokens)):
+        if self.keep_features:
+            logits = self._forward(tokens, tree, with_features=True)
+        elif self._use_compiled(len(tokens)):
             logits = self.step.run(self.cache, tokens, tree).float()  # [n, vocab]
         else:
             logits = self._forward(tokens, tree)
@@ -104,8 +120,12 @@ class ModelSession:
 
         return self.step is not None and self.cache.layers[0].is_initialized and bucket_of(count) is not None
 
-    def _forward(self, tokens: list[int], tree=None) -> torch.Tensor:
-        """transformers' forward over either cache; logits [n, vocab] float32."""
+    def _forward(self, tokens: list[int], tree=None, with_features: bool = False) -> torch.Tensor:
+        """transformers' forward over either cache; logits [n, vocab] float32.
+
+        ``with_features``: run the decoder and the LM head apart (the same arithmetic as the
+        model's own forward) and append the last hidden states [n, hidden] to ``features``.
+        """
         past = len(self.cached)
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)  # [1, n]
         kwargs = {}
@@ -115,10 +135,16 @@ class ModelSession:
             kwargs["position_ids"] = tree.position_ids(past, self.device)  # [1, n]
         if self.cache_kind == "static":
             self.cache.begin(len(tokens))  # attention reads exactly past + n positions
-        output = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+        if with_features:
+            output = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+            hidden = output.last_hidden_state[0]  # [n, hidden]
+            logits = self.model.get_output_embeddings()(hidden)  # [n, vocab]
+            self.features = hidden if self.features is None else torch.cat([self.features, hidden])
+        else:
+            logits = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs).logits[0]
         if self.cache_kind == "static":
             self.cache.commit(len(tokens))
-        return output.logits[0].float()  # [n, vocab]
+        return logits.float()  # [n, vocab]
 
     @property
     def compile_seconds(self) -> float:
@@ -130,3 +156,6 @@ class ModelSession:
         new_tokens = self.cached[past_length:]
         kv.keep_nodes(self.cache, past_length, nodes)
         self.cached = self.cached[:past_length] + [new_tokens[i] for i in nodes]
+        if self.features is not None:
+            rows = torch.tensor([past_length + i for i in nodes], dtype=torch.long, device=self.features.device)
+            self.features = torch.cat([self.features[:past_length], self.features.index_select(0, rows)])

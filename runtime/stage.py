@@ -89,6 +89,9 @@ class StageRunner:
         self.gamma = gamma if drafter is not None else 0
         self.tree = tree if drafter is not None else None
         self.names = names
+        attach = getattr(drafter, "attach_verifier", None)
+        if attach is not None:  # a draft head reads the verifier's hidden states
+            attach(verifier)
 
     def reset(self) -> None:
         self.verifier.reset()

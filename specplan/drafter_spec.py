@@ -1,6 +1,8 @@
 """Parse ``--drafter SPEC`` strings (formats.md) into a kind, an argument and a stable id.
 
-Kinds: ``model:MODEL`` (a smaller model sharing the tokenizer), ``layerskip:K`` or
+Kinds: ``model:MODEL`` (a smaller model sharing the tokenizer), ``head:DIR`` (a draft head
+over the target's hidden states, made by ``specplan distill --kind head``; EAGLE, arXiv
+2401.15077), ``layerskip:K`` or
 ``layerskip:0,2,4`` (self-speculation on the target's layers), ``ngram:N`` (prompt lookup),
 ``recycle`` (Token Recycling, arXiv 2408.08696) and ``cache`` (Cacheback, arXiv 2511.21699),
 retrieval tables that take no argument. No torch here.
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from specplan.errors import DrafterSpecError
 
-KINDS = ("model", "layerskip", "ngram", "recycle", "cache")
+KINDS = ("model", "head", "layerskip", "ngram", "recycle", "cache")
 RUNNABLE = KINDS
 
 
@@ -30,9 +32,9 @@ class DrafterSpec:
             return f"ngram-{self.argument}"
         if self.kind == "layerskip":
             return "layerskip-" + self.argument.replace(",", "-").replace(" ", "")
-        if self.kind == "model":
+        if self.kind in ("model", "head"):
             stem = Path(self.argument.rstrip("/")).name or self.argument
-            return "model-" + re.sub(r"[^A-Za-z0-9._-]+", "-", stem.removesuffix(".gguf"))
+            return f"{self.kind}-" + re.sub(r"[^A-Za-z0-9._-]+", "-", stem.removesuffix(".gguf"))
         return self.kind
 
     @property
@@ -52,7 +54,7 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     """
     kind, _, argument = spec.partition(":")
     kind = kind.strip()
-    usage = "use model:MODEL, layerskip:K, layerskip:0,2,4,..., ngram:N, recycle or cache"
+    usage = "use model:MODEL, head:DIR, layerskip:K, layerskip:0,2,4,..., ngram:N, recycle or cache"
     if kind not in KINDS:
         raise DrafterSpecError(f"unknown drafter spec {spec!r}; {usage}")
     if kind not in RUNNABLE:
@@ -66,6 +68,8 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
     elif kind in ("recycle", "cache"):
         if argument or ":" in spec:
             raise DrafterSpecError(f"drafter spec {spec!r}: {kind} takes no argument; write just `{kind}`")
+    elif kind == "head" and not argument:
+        raise DrafterSpecError(f"drafter spec {spec!r} names no directory; use head:DIR (made by `specplan distill --kind head`)")
     elif not argument:
         raise DrafterSpecError(f"drafter spec {spec!r} names no model; use model:PATH_OR_ID")
     return DrafterSpec(kind, argument.replace(" ", ""), spec)

@@ -112,6 +112,11 @@ class GraftDrafter:
         self.model.reset()
         self.retrieval.reset()
 
+    def attach_verifier(self, verifier) -> None:
+        """Pass the verifier's session on to a model drafter that reads its features (a draft head)."""
+        if hasattr(self.model, "attach_verifier"):
+            self.model.attach_verifier(verifier)
+
     def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         if hasattr(self.retrieval, "observe"):
             self.retrieval.observe(tokens, logits)

@@ -15,6 +15,16 @@ from specplan.runtime.sampling import target_probabilities
 from specplan.runtime.session import ModelSession
 
 
+def choose_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> tuple[int, torch.Tensor | None]:
+    """Next draft token from logits [vocab]: the argmax (greedy), or a draw from the tempered /
+    top-p distribution, returned with that distribution [vocab] (the token's draft row)."""
+    if sampling.greedy:
+        return int(torch.argmax(logits)), None
+    probs = target_probabilities(logits[None, :], sampling.temperature, sampling.top_p)[0]  # [vocab]
+    token = int(torch.multinomial(probs.cpu(), 1, generator=generator))
+    return token, probs.cpu()
+
+
 class ModelDrafter:
     def __init__(self, name: str, model: torch.nn.Module, device: torch.device):
         self.name = name
@@ -23,21 +33,13 @@ class ModelDrafter:
     def reset(self) -> None:
         self.session.reset()
 
-    def _choose(self, logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> tuple[int, torch.Tensor | None]:
-        """Next draft token from logits [vocab]; with its distribution [vocab] when sampled."""
-        if sampling.greedy:
-            return int(torch.argmax(logits)), None
-        probs = target_probabilities(logits[None, :], sampling.temperature, sampling.top_p)[0]  # [vocab]
-        token = int(torch.multinomial(probs.cpu(), 1, generator=generator))
-        return token, probs.cpu()
-
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         uncached = self.session.rewind_to(committed)
         logits = self.session.extend(uncached)[-1]  # [vocab]
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         for index in range(gamma):
-            token, probs = self._choose(logits, sampling, generator)
+            token, probs = choose_token(logits, sampling, generator)
             tokens.append(token)
             if probs is not None:
                 rows.append(probs)

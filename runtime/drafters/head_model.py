@@ -1,0 +1,154 @@
+"""An EAGLE-style draft head: one decoder layer over the target's features (arXiv 2401.15077).
+
+At position i the head reads the target's feature ``f_i`` (its last hidden state after the
+final norm, what its LM head reads; it predicts token i+1) and the embedding of token i+1,
+fuses them with one linear layer (2 hidden -> hidden), runs one Llama decoder layer over its
+own KV cache, and normalises: the result is its estimate of ``f_{i+1}``, and the LM head over
+it predicts token i+2. Drafting further feeds that estimate back as the next input feature.
+
+The token embedding is the target's own (shared at load time, never saved); the LM head is
+the target's, cut to a drafter vocabulary (``vocab_ids``): the tokens that cover most of the
+target's outputs ("Balancing Coverage and Draft Latency in Vocabulary Trimming for Faster
+Speculative Decoding", arXiv 2603.05210), so the head's output layer costs a fraction of the
+target's. Logits come back over the full vocabulary, with ``-inf`` outside the kept tokens,
+so every drafter code path (argmax, top-k children, sampled draft rows) works unchanged and
+a trimmed token simply has draft probability 0 (rejection sampling stays lossless).
+
+Saved as ``head.safetensors`` + ``head.json`` (config, vocabulary size) in a directory that
+``--drafter head:DIR`` loads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+from specplan.errors import DrafterSpecError
+
+HEAD_WEIGHTS = "head.safetensors"
+HEAD_CONFIG = "head.json"
+HEAD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class HeadOutput:
+    logits: torch.Tensor  # [1, n, vocab] float over the full vocabulary (-inf outside vocab_ids)
+    features: torch.Tensor  # [1, n, hidden] estimated next features
+
+
+def head_config(target_config) -> LlamaConfig:
+    """A one-layer Llama config with the target's widths (the head's decoder layer)."""
+    fields = target_config.to_dict()
+    for key in ("architectures", "auto_map", "quantization_config"):
+        fields.pop(key, None)
+    fields.update(num_hidden_layers=1, model_type="llama")
+    config = LlamaConfig(**fields)
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class DraftHead(nn.Module):
+    """The head's trainable parts plus a reference to the target's token embedding."""
+
+    def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor):
+        super().__init__()
+        hidden = config.hidden_size
+        self.config = config
+        self.fuse = nn.Linear(2 * hidden, hidden, bias=True)
+        self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(config)
+        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, len(vocab_ids), bias=False)
+        self.register_buffer("vocab_ids", vocab_ids.long().clone(), persistent=True)
+        self.embed_tokens: nn.Embedding | None = None  # the target's, set by share_embedding
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fuse.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.fuse.weight.device
+
+    def share_embedding(self, embedding: nn.Embedding) -> None:
+        """Use the target's token embedding (not a parameter of the head: never trained or saved)."""
+        object.__setattr__(self, "embed_tokens", embedding)
+
+    def forward(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                use_cache: bool = True, **_) -> HeadOutput:
+        """``input_ids`` [1, n] tokens i+1, ``features`` [1, n, hidden] f_i (zeros when None: timing only)."""
+        if self.embed_tokens is None:
+            raise RuntimeError("DraftHead.share_embedding(target embedding) must be called before a forward")
+        embedded = self.embed_tokens(input_ids).to(self.dtype)  # [1, n, hidden]
+        if features is None:
+            features = torch.zeros_like(embedded)
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        count = input_ids.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(past, past + count, device=input_ids.device)[None, :]
+        if attention_mask is None:
+            attention_mask = causal_mask(past, count, self.dtype, input_ids.device)
+        hidden = self.fuse(torch.cat([features.to(self.dtype), embedded], dim=-1))  # [1, n, hidden]
+        hidden = self.layer(hidden, attention_mask=attention_mask, position_ids=position_ids,
+                            past_key_values=past_key_values, use_cache=use_cache,
+                            position_embeddings=self.rotary(hidden, position_ids))
+        estimate = self.norm(hidden)  # [1, n, hidden]
+        return HeadOutput(self.full_logits(self.lm_head(estimate)), estimate)
+
+    def full_logits(self, trimmed: torch.Tensor) -> torch.Tensor:
+        """Logits over the kept tokens [..., kept] scattered into the full vocabulary [..., vocab]."""
+        if len(self.vocab_ids) == self.config.vocab_size:
+            return trimmed
+        full = torch.full((*trimmed.shape[:-1], self.config.vocab_size), float("-inf"), dtype=trimmed.dtype,
+                          device=trimmed.device)
+        return full.index_copy_(-1, self.vocab_ids, trimmed)
+
+
+def causal_mask(past: int, count: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask [1, 1, count, past + count]: row i sees the cache and new tokens 0..i."""
+    allowed = torch.ones(count, past + count, dtype=torch.bool, device=device).tril(diagonal=past)
+    mask = torch.zeros(count, past + count, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min).view(1, 1, count, past + count)
+
+
+def save_head(head: DraftHead, directory: Path, manifest: dict) -> None:
+    """``head.safetensors`` (fuse, layer, norm, trimmed LM head, vocab ids) and ``head.json``."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {key: value.detach().contiguous().cpu() for key, value in head.state_dict().items()}
+    save_file(state, str(directory / HEAD_WEIGHTS))
+    document = {"format": HEAD_FORMAT, "config": head.config.to_dict(), "kept_vocabulary": len(head.vocab_ids), **manifest}
+    (directory / HEAD_CONFIG).write_text(json.dumps(document, indent=1, sort_keys=True))
+
+
+def load_head(directory: str | Path, target: nn.Module, dtype: torch.dtype, device) -> DraftHead:
+    """The head saved in ``directory``, sharing ``target``'s embedding; one-line errors on mismatch."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if not (directory / HEAD_CONFIG).is_file() or not (directory / HEAD_WEIGHTS).is_file():
+        raise DrafterSpecError(f"{directory} holds no draft head ({HEAD_CONFIG} + {HEAD_WEIGHTS}); "
+                               f"make one with `specplan distill TARGET --kind head -o {directory}`")
+    document = json.loads((directory / HEAD_CONFIG).read_text())
+    if document.get("format") != HEAD_FORMAT:
+        raise DrafterSpecError(f"{directory / HEAD_CONFIG} has format {document.get('format')!r}, this version reads "
+                               f"{HEAD_FORMAT}; re-run `specplan distill --kind head`")
+    config = head_config(LlamaConfig(**document["config"]))
+    target_config = target.config
+    for field in ("hidden_size", "vocab_size"):
+        if getattr(config, field) != getattr(target_config, field):
+            raise DrafterSpecError(f"draft head {directory} was trained for {field} {getattr(config, field)}, the target "
+                                   f"has {getattr(target_config, field)}; distill a head for this target")
+    state = load_file(str(directory / HEAD_WEIGHTS))
+    head = DraftHead(config, state["vocab_ids"])
+    head.load_state_dict(state)
+    head.share_embedding(target.get_input_embeddings())
+    return head.to(device=device, dtype=dtype).eval()
