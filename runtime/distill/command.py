@@ -2,9 +2,10 @@
 
 Trains a few-layer drafter for TARGET from the target's own outputs on the Spec-Bench
 calibration split (FastDraft-style self-distillation, arXiv 2411.11055) and saves it as a
-Hugging Face checkpoint for ``--drafter model:DIR``. The EAGLE head (``--kind head``, arXiv
-2401.15077) is not available yet. Rerunning into the same DIR reuses the cached target
-outputs and resumes training from the last checkpoint.
+Hugging Face checkpoint for ``--drafter model:DIR``; or (``--kind head``) an EAGLE-style draft
+head over the target's hidden states (arXiv 2401.15077) with a trimmed vocabulary (``--vocab``,
+arXiv 2603.05210) for ``--drafter head:DIR``. Rerunning into the same DIR reuses the cached
+target outputs and resumes training from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ def add_distill_parser(commands) -> None:
     parser = commands.add_parser("distill", help="train a small drafter for TARGET from its own outputs (CPU, minutes)")
     parser.add_argument("target", nargs="?", default="default", help="MODEL: `default`, a .gguf file, a directory or a hub id")
     parser.add_argument("-o", "--output", default=None, help="checkpoint directory (default: the specplan cache)")
-    parser.add_argument("--kind", default="model", choices=["model", "head"], help="model: a few-layer copy of the target")
+    parser.add_argument("--kind", default="model", choices=["model", "head"],
+                        help="model: a few-layer copy of the target; head: one layer over the target's hidden states (EAGLE)")
+    parser.add_argument("--vocab", type=int, default=8192,
+                        help="head only: tokens kept in the drafter's vocabulary, most frequent first (0 = all)")
     parser.add_argument("--budget-minutes", type=float, default=20.0, help="stop training after this much wall time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default 300)")
@@ -37,8 +41,8 @@ def add_distill_parser(commands) -> None:
 
 
 def _checked(args) -> None:
-    if args.kind != "model":
-        raise SpecplanError("--kind head (an EAGLE-style head) is not available in this version; use --kind model")
+    if args.vocab < 0:
+        raise SpecplanError("--vocab must be 0 (the whole vocabulary) or a positive token count")
     if args.budget_minutes <= 0:
         raise SpecplanError("--budget-minutes must be positive")
     if args.learning_rate is not None and not args.learning_rate > 0:
@@ -64,7 +68,7 @@ def distill_config(args, num_target_layers: int):
     optional = {key: value for key, value in (("steps", args.steps), ("learning_rate", args.learning_rate)) if value is not None}
     train = dataclasses.replace(base.train, seed=args.seed, budget_minutes=args.budget_minutes, **optional)
     evaluation = dataclasses.replace(base.evaluation, **({"eval_limit": args.eval_limit} if args.eval_limit else {}))
-    layers = parse_layers(str(args.layers), num_target_layers)
+    layers = parse_layers(str(args.layers), num_target_layers) if args.kind == "model" else ()
     return DistillConfig(kind=args.kind, layers=layers, num_layers=len(layers), data=data, train=train, evaluation=evaluation)
 
 
@@ -72,7 +76,8 @@ def _default_output(target_source: str, config) -> Path:
     from specplan.runtime.models import cache_root
 
     stem = Path(target_source.rstrip("/")).name.removesuffix(".gguf") or "target"
-    return cache_root() / "drafters" / f"{stem}-{len(config.layers)}l-seed{config.train.seed}"
+    kind = "head" if config.kind == "head" else f"{len(config.layers)}l"
+    return cache_root() / "drafters" / f"{stem}-{kind}-seed{config.train.seed}"
 
 
 def _print_report(report) -> None:
@@ -85,7 +90,11 @@ def _print_report(report) -> None:
         for score in report.scores:
             ranks = ", ".join(f"{value:.3f}" for value in score.rank_accept[:4])
             print(f"  {score.name:<24} alpha {score.alpha:.3f}  top-1 {score.top1:.3f}  ranks [{ranks}]  T(1) {score.t1_ms:.1f} ms")
-    print(f"specplan: wrote {report.output} (use it with --drafter model:{report.output})")
+    if hasattr(report, "kept_vocabulary"):
+        print(f"specplan: drafter vocabulary {report.kept_vocabulary} tokens, covering {report.eval_coverage:.3f} "
+              "of the target's held-out tokens")
+    kind = "head" if hasattr(report, "kept_vocabulary") else "model"
+    print(f"specplan: wrote {report.output} (use it with --drafter {kind}:{report.output})")
 
 
 def command_distill(args) -> int:
@@ -110,6 +119,12 @@ def command_distill(args) -> int:
     config = distill_config(args, layers_total)
     output = Path(args.output) if args.output else _default_output(args.target, config)
     check_output(output)
-    report = run_distill(args.target, output, config, device, restart=args.restart, evaluate=args.eval_limit != 0)
+    if config.kind == "head":
+        from specplan.runtime.distill.head_pipeline import run_head_distill
+
+        report = run_head_distill(args.target, output, config, device, args.vocab, restart=args.restart,
+                                  evaluate=args.eval_limit != 0)
+    else:
+        report = run_distill(args.target, output, config, device, restart=args.restart, evaluate=args.eval_limit != 0)
     _print_report(report)
     return 0

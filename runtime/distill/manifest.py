@@ -28,6 +28,15 @@ def _losses_summary(losses) -> dict:
             "every_step": [list(row) for row in losses]}
 
 
+def _drafter_section(config, report) -> dict:
+    if config.kind == "head":
+        covered = report.eval_coverage
+        return {"kept_vocabulary": report.kept_vocabulary, "use": f"--drafter head:{report.output}",
+                "eval_coverage": None if covered != covered else round(covered, 4)}
+    return {"layers_from_target": list(report.layers), "num_layers": len(report.layers),
+            "use": f"--drafter model:{report.output}"}
+
+
 def write_manifest(path: Path, source: str, target, config, report, train_prompts, eval_prompts, sequences: int) -> None:
     """Write the manifest of one distill run."""
     result = report.result
@@ -36,8 +45,7 @@ def write_manifest(path: Path, source: str, target, config, report, train_prompt
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "kind": config.kind,
         "target": {"source": source, "fingerprint": target.fingerprint, "dtype": target.dtype},
-        "drafter": {"layers_from_target": list(report.layers), "num_layers": len(report.layers),
-                    "use": f"--drafter model:{report.output}"},
+        "drafter": _drafter_section(config, report),
         "software": {"specplan": __version__, "torch": str(torch.__version__), "transformers": str(transformers.__version__)},
         "settings": config.as_dict(),
         "data": {"train_prompts": [p.prompt_id for p in train_prompts], "sequences": sequences,

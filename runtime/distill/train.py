@@ -113,7 +113,8 @@ def load_checkpoint(path: Path, drafter, optimizer, key: dict) -> tuple[int, flo
     return int(state["step"]), float(state["seconds"]), [tuple(row) for row in state["losses"]]
 
 
-def _optimizer_step(drafter, optimizer, trainable, sequences, step: int, config: TrainConfig) -> tuple[float, float, float]:
+def _optimizer_step(drafter, optimizer, trainable, sequences, step: int, config: TrainConfig,
+                    loss_of=sequence_loss) -> tuple[float, float, float]:
     """One AdamW step over ``batch_sequences`` sequences; the mean loss, KL and cross-entropy."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate_at(step, config)
@@ -121,7 +122,7 @@ def _optimizer_step(drafter, optimizer, trainable, sequences, step: int, config:
     totals = [0.0, 0.0, 0.0]
     chosen = batch_indices(step, len(sequences), config)
     for index in chosen:
-        loss, kl, cross_entropy = sequence_loss(drafter, sequences[index], config)
+        loss, kl, cross_entropy = loss_of(drafter, sequences[index], config)
         (loss / len(chosen)).backward()
         for slot, value in enumerate((float(loss.detach()), kl, cross_entropy)):
             totals[slot] += value / len(chosen)
@@ -137,17 +138,20 @@ def run_key(config: TrainConfig, extra: dict) -> dict:
     return {**settings, **extra}
 
 
-def train(drafter: torch.nn.Module, sequences: list[TrainingSequence], config: TrainConfig,
-          checkpoint: Path, deadline: float | None = None, key: dict | None = None) -> TrainResult:
+def train(drafter: torch.nn.Module, sequences: list, config: TrainConfig,
+          checkpoint: Path, deadline: float | None = None, key: dict | None = None,
+          loss_of=sequence_loss, freeze=freeze_shared) -> TrainResult:
     """Train ``drafter`` in place up to ``config.steps`` (or until ``time.monotonic() >= deadline``),
     resuming from ``checkpoint`` when it exists and saving to it every ``checkpoint_every`` steps.
 
-    ``key`` (see :func:`run_key`) identifies the run; a checkpoint of another run is refused."""
+    ``key`` (see :func:`run_key`) identifies the run; a checkpoint of another run is refused.
+    ``loss_of(drafter, sequence, config)`` gives (loss, kl, cross-entropy) of one sequence and
+    ``freeze(drafter)`` the trainable parameters (defaults: the few-layer model drafter's)."""
     key = key if key is not None else run_key(config, {})
     if not sequences:
         raise SpecplanError("no training sequences; pass calibration prompts that the target can continue")
     torch.manual_seed(config.seed)
-    trainable = freeze_shared(drafter)
+    trainable = freeze(drafter)
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     step, seconds, losses = 0, 0.0, []
     if checkpoint.is_file():
@@ -160,7 +164,7 @@ def train(drafter: torch.nn.Module, sequences: list[TrainingSequence], config: T
             if deadline is not None and time.monotonic() >= deadline:
                 stopped_by = "budget"
                 break
-            loss, kl, cross_entropy = _optimizer_step(drafter, optimizer, trainable, sequences, step, config)
+            loss, kl, cross_entropy = _optimizer_step(drafter, optimizer, trainable, sequences, step, config, loss_of)
             step += 1
             losses.append((step, round(loss, 5), round(kl, 5), round(cross_entropy, 5)))
             bar.set_postfix(loss=f"{loss:.3f}", kl=f"{kl:.3f}")

@@ -114,6 +114,22 @@ class HeadDrafter:
                 estimate = self.session.estimates[-1:]
         return Proposal(tuple(tokens), torch.stack(rows) if rows else None)
 
+    def ranks_along(self, committed: list[int], reference: list[int], width: int) -> list[int]:
+        """Rank (0-based, -1 beyond ``width``) of each ``reference`` token among the head's greedy
+        candidates, the head walking down ``reference`` as if each token had been accepted (its
+        own estimates as features, as in a round): the profiler's replay of chains and trees."""
+        if not reference or len(committed) < 2:
+            return [-1] * len(reference)
+        logits, estimate = self._catch_up(committed)
+        ranks = []
+        for index, token in enumerate(reference):
+            top = torch.topk(logits[-1], width).indices.tolist()
+            ranks.append(top.index(token) if token in top else -1)
+            if index + 1 < len(reference):
+                logits = self.session.extend_with([token], estimate)
+                estimate = self.session.estimates[-1:]
+        return ranks
+
     def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         return self.grow(committed, shape, sampling, generator).draft_tree()

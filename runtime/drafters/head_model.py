@@ -84,6 +84,13 @@ class DraftHead(nn.Module):
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 use_cache: bool = True, **_) -> HeadOutput:
         """``input_ids`` [1, n] tokens i+1, ``features`` [1, n, hidden] f_i (zeros when None: timing only)."""
+        trimmed, estimate = self.run(input_ids, features, past_key_values, attention_mask, position_ids, use_cache)
+        return HeadOutput(self.full_logits(trimmed), estimate)
+
+    def run(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
+            attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+            use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits over the kept vocabulary [1, n, kept] and the feature estimates [1, n, hidden]."""
         if self.embed_tokens is None:
             raise RuntimeError("DraftHead.share_embedding(target embedding) must be called before a forward")
         embedded = self.embed_tokens(input_ids).to(self.dtype)  # [1, n, hidden]
@@ -100,7 +107,7 @@ class DraftHead(nn.Module):
                             past_key_values=past_key_values, use_cache=use_cache,
                             position_embeddings=self.rotary(hidden, position_ids))
         estimate = self.norm(hidden)  # [1, n, hidden]
-        return HeadOutput(self.full_logits(self.lm_head(estimate)), estimate)
+        return self.lm_head(estimate), estimate
 
     def full_logits(self, trimmed: torch.Tensor) -> torch.Tensor:
         """Logits over the kept tokens [..., kept] scattered into the full vocabulary [..., vocab]."""

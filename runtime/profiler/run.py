@@ -28,7 +28,10 @@ from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.models import LoadedModel
 from specplan.runtime.modes import profile_mode
 from specplan.runtime.profiler.acceptance import AcceptanceCounter, replay_model
+from specplan.runtime.drafters.head import HeadDrafter
+from specplan.runtime.drafters.head_model import DraftHead
 from specplan.runtime.profiler.device import describe_device
+from specplan.runtime.profiler.head_acceptance import replay_head
 from specplan.runtime.profiler.latency import WIDTHS, measure_latency
 from specplan.runtime.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
 
@@ -81,10 +84,22 @@ def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_ra
     )
 
 
-def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device, settings, verifier: str = "target"):
-    """The entry, its counter, and the model's top-W tokens per output position of each pair."""
+def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device, settings, verifier: str = "target",
+                      verifier_network: torch.nn.Module | None = None):
+    """The entry, its counter, and the model's top-W tokens per output position of each pair.
+
+    A draft head (``head:DIR``) is replayed round by round over ``verifier_network``'s features
+    (:mod:`specplan.runtime.profiler.head_acceptance`); other models by one teacher-forced forward."""
     counter = AcceptanceCounter(settings.gamma, settings.rank_width)
-    tops = [replay_model(counter, network, prompt_ids, output_ids, device)
+    if spec.kind == "head":
+        drafter = HeadDrafter(spec.id, network, device)
+
+        def replay(prompt_ids, output_ids):
+            return replay_head(counter, drafter, verifier_network, prompt_ids, output_ids, device)
+    else:
+        def replay(prompt_ids, output_ids):
+            return replay_model(counter, network, prompt_ids, output_ids, device)
+    tops = [replay(prompt_ids, output_ids)
             for prompt_ids, output_ids in tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier}", unit="prompt",
                                                leave=False)]
     return _entry(spec, counter, settings, verifier=verifier), counter, tops
@@ -122,7 +137,7 @@ def _middle_acceptance(built, curves, target: LoadedModel, prompts, device, sett
     would verify them (HSD, arXiv 2510.19705: the pair (j, i) is all a stage needs): replay
     against the middle model's own greedy outputs on the calibration prompts."""
     entries = []
-    for middle in (b for b in built if b.model is not None):
+    for middle in (b for b in built if b.model is not None and b.spec.kind != "head"):  # a head verifies nothing
         cost = curves[middle.spec.id].ms[0]
         cheaper = [b for b in built if b is not middle and (b.model is None or curves[b.spec.id].ms[0] < cost)]
         if not cheaper:
@@ -130,7 +145,8 @@ def _middle_acceptance(built, curves, target: LoadedModel, prompts, device, sett
         pairs = _target_outputs(target, prompts, device, settings, middle.model, middle.spec.id)
         for build in cheaper:
             if build.model is not None:
-                entries.append(_model_acceptance(build.spec, build.model, pairs, device, settings, middle.spec.id)[0])
+                entries.append(_model_acceptance(build.spec, build.model, pairs, device, settings, middle.spec.id,
+                                                 middle.model)[0])
             else:
                 entries.append(_retrieval_acceptance(build, target, pairs, device, settings,
                                                      verifier=(middle.spec.id, middle.model))[0])
@@ -146,14 +162,15 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     curves = {}
     with tqdm(total=len(networks) * len(WIDTHS), desc="latency T(n)", unit="curve point") as bar:
         for model_id, network in networks:
-            curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update)
+            options = {"cache": "dynamic", "compiled": False} if isinstance(network, DraftHead) else {}
+            curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update, **options)
     pairs = _target_outputs(target, prompts, device, settings)
     models = [ModelEntry(mode=profile_mode(), id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(curves["target"],), shape=shape_of_network(target.model))]
     retrieval, acceptance = [], []
     siblings, graft_model, best = None, None, -1.0
     for build in (b for b in built if b.model is not None):
-        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings)
+        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings, verifier_network=target.model)
         acceptance.append(entry)
         if sum(entry.rank_accept) > best:  # the best tree drafter: retrieval grafts are measured beside it
             siblings, graft_model, best = tops, build.spec.id, sum(entry.rank_accept)

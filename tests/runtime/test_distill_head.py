@@ -1,0 +1,124 @@
+"""``specplan distill --kind head``: the head's loss falls and teaches it the target's features,
+vocabulary trimming, the pipeline's checkpoint as a ``head:DIR`` drafter (lossless in plans),
+and the profiler's round-by-round head replay."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from specplan.runtime.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
+from specplan.runtime.distill.data import TrainingSequence
+from specplan.runtime.distill.head_data import HeadSequence, choose_vocabulary, coverage, target_features
+from specplan.runtime.distill.head_train import freeze_head, head_sequence_loss, new_head
+from specplan.runtime.distill.train import train
+from specplan.runtime.drafters.head import HeadDrafter
+from specplan.runtime.profiler.acceptance import AcceptanceCounter
+from specplan.runtime.profiler.head_acceptance import replay_head
+from tests.runtime.test_distill import VOCAB, four_layer_llama, synthetic_sequences
+
+CPU = torch.device("cpu")
+SMALL = TrainConfig(steps=30, learning_rate=3e-3, warmup_steps=2, min_learning_rate_fraction=1.0,
+                    batch_sequences=2, checkpoint_every=10)
+
+
+def head_data(target, count: int = 6) -> list[HeadSequence]:
+    return [HeadSequence(text, target_features(target, text.token_ids)) for text in synthetic_sequences(target, count)]
+
+
+def mean_loss(head, sequences) -> float:
+    with torch.no_grad():
+        return sum(float(head_sequence_loss(head, s, SMALL)[0]) for s in sequences) / len(sequences)
+
+
+def test_training_lowers_the_head_loss_and_keeps_the_lm_head(tmp_path, one_thread):
+    target = four_layer_llama(tied=False)
+    data = head_data(target)
+    head = new_head(target, torch.arange(VOCAB))
+    before, lm_head = mean_loss(head, data), head.lm_head.weight.clone()
+    result = train(head, data, SMALL, tmp_path / "c.pt", loss_of=head_sequence_loss, freeze=freeze_head)
+    assert result.step == 30 and mean_loss(head, data) < 0.8 * before
+    assert torch.equal(head.lm_head.weight, lm_head)  # the target's rows stay frozen
+
+
+def test_vocabulary_keeps_the_most_frequent_target_tokens_and_eos():
+    ids = torch.tensor([5, 5, 5, 7, 7, 9, 1])
+    text = TrainingSequence("0", ids, 2, torch.tensor([[5], [5], [7], [7], [11], [11]], dtype=torch.int32),
+                            torch.zeros(6, 1))
+    kept = choose_vocabulary([text], 20, 3, always=[2])
+    assert kept.tolist() == [2, 5, 7]
+    assert choose_vocabulary([text], 20, 0).tolist() == list(range(20))
+    assert coverage(kept, [[5, 7, 9, 2]]) == 0.75
+
+
+def test_head_replay_counts_what_the_runtime_drafts(tmp_path, one_thread):
+    """The profiler's replay of a (briefly trained) head must count the rounds a live engine
+    plays on the same text: the same accepted lengths, round for round."""
+    from specplan.runtime.drafters.base import SamplingConfig
+    from specplan.runtime.engine import SpeculativeEngine
+
+    target = four_layer_llama(tied=False)
+    head = new_head(target, torch.arange(VOCAB))
+    train(head, head_data(target, 8), dataclasses.replace(SMALL, steps=20), tmp_path / "c.pt",
+          loss_of=head_sequence_loss, freeze=freeze_head)
+    prompt = [3, 17, 40, 22, 9, 61, 5, 33]
+    engine = SpeculativeEngine(target, CPU, set(), HeadDrafter("head", head, CPU), gamma=4)
+    result = engine.generate(prompt, 40, SamplingConfig())
+    counter = AcceptanceCounter(4, 4)
+    replay_head(counter, HeadDrafter("head", head, CPU), target, prompt, list(result.token_ids), CPU)
+    rounds = sum(counter.hist)
+    live = sorted(count - 1 for count in result.committed_per_forward[:rounds])
+    assert rounds >= 5 and sorted(a for a, count in enumerate(counter.hist) for _ in range(count)) == live
+    assert sum(counter.hist[1:]) >= 1  # some drafts were accepted: the comparison says something
+
+
+@pytest.fixture(scope="module")
+def head_dir(tmp_path_factory, tiny_model_dir):
+    from specplan.runtime.distill.head_pipeline import run_head_distill
+
+    output = tmp_path_factory.mktemp("head") / "head"
+    config = DistillConfig(kind="head", data=DataConfig(train_limit=4, max_new_tokens=12, top_k=8, batch_size=2, dtype="float32"),
+                           train=dataclasses.replace(SMALL, steps=4, checkpoint_every=2),
+                           evaluation=EvalConfig(eval_limit=2, max_new_tokens=12, context=32, repeats=1))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = run_head_distill(tiny_model_dir, output, config, CPU, vocabulary=200)
+    finally:
+        torch.set_num_threads(threads)
+    return output, report
+
+
+def test_head_pipeline_writes_a_loadable_head_and_manifest(head_dir, tiny_model_dir):
+    from specplan.errors import SpecplanError
+    from specplan.yamlio import read_document
+
+    output, report = head_dir
+    assert (output / "head.safetensors").is_file() and (output / "head.json").is_file()
+    manifest = read_document(output / "distill.yaml", "distill", SpecplanError)
+    assert manifest["kind"] == "head" and manifest["drafter"]["kept_vocabulary"] == 200
+    assert manifest["drafter"]["use"] == f"--drafter head:{output}"
+    assert report.result.step == 4 and 0.0 <= report.scores[0].alpha <= 1.0 and report.scores[0].t1_ms > 0
+    assert 0.0 <= report.eval_coverage <= 1.0
+
+
+def test_distilled_head_is_lossless_in_plans(head_dir, tiny_model_dir, one_thread):
+    from specplan.drafter_spec import parse_drafter_spec
+    from specplan.runtime.build import build_drafter, build_tree_drafter
+    from specplan.runtime.chat import encode_prompt
+    from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+    from specplan.runtime.engine import SpeculativeEngine
+    from specplan.runtime.models import load_model
+
+    output, _ = head_dir
+    target = load_model(tiny_model_dir, "float32")
+    spec = parse_drafter_spec(f"head:{output}")
+    assert spec.id == "head-head"
+    prompt = encode_prompt(target.tokenizer, "Name three colors of the rainbow.")
+    plain = SpeculativeEngine(target.model, CPU, set()).generate(prompt, 16, SamplingConfig()).token_ids
+    chain = SpeculativeEngine(target.model, CPU, set(), build_drafter(spec, target, CPU).drafter, gamma=3)
+    tree = SpeculativeEngine(target.model, CPU, set(), build_tree_drafter(spec, target, CPU), tree=TreeShape(budget=8, depth=3))
+    assert chain.generate(prompt, 16, SamplingConfig()).token_ids == plain
+    assert tree.generate(prompt, 16, SamplingConfig()).token_ids == plain
