@@ -103,7 +103,8 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
     retrieval = tuple(entry.id for entry in profile.retrieval)
     call_ms = {entry.id: float(entry.ms_per_call) for entry in profile.retrieval}
     model = CostModel(target, models, retrieval, tables, call_ms, {}, {}, ())
-    verifiers = models if options.max_stages >= 2 else (target,)
+    heads = {entry.id for entry in profile.models if entry.source.startswith("head:")}  # draft only: they read a verifier's features
+    verifiers = tuple(m for m in models if m not in heads) if options.max_stages >= 2 else (target,)
     for index, verifier in enumerate(models):
         if verifier not in verifiers or options.max_stages < 1:
             continue

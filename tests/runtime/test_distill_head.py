@@ -122,3 +122,33 @@ def test_distilled_head_is_lossless_in_plans(head_dir, tiny_model_dir, one_threa
     tree = SpeculativeEngine(target.model, CPU, set(), build_tree_drafter(spec, target, CPU), tree=TreeShape(budget=8, depth=3))
     assert chain.generate(prompt, 16, SamplingConfig()).token_ids == plain
     assert tree.generate(prompt, 16, SamplingConfig()).token_ids == plain
+
+
+def test_cli_profiles_a_head_and_runs_a_head_plan_losslessly(head_dir, tiny_model_dir, tmp_path, capsys):
+    """profile --drafter head:DIR records its latency and round-by-round acceptance; a plan
+    with a head tree stage runs through `specplan run` token-identical to plain decoding."""
+    import dataclasses
+    import json
+
+    from specplan.cli import main
+    from specplan.plan import Stage, StageShape, load_plan, save_plan
+    from specplan.profile import load_profile
+
+    output, _ = head_dir
+    profile_path = tmp_path / "profile.yaml"
+    assert main(["profile", "--target", tiny_model_dir, "--drafter", f"head:{output}", "--drafter", "ngram:3",
+                 "--quick", "--limit", "2", "--dtype", "float32", "--device", "cpu", "-o", str(profile_path)]) == 0
+    profile = load_profile(profile_path)
+    head = profile.model("head-head")
+    assert head is not None and head.source == f"head:{output}" and len(head.latency[0].ms) == 7
+    entry = profile.acceptance_for("head-head", "target", 0.0)
+    assert entry is not None and entry.samples > 0 and entry.rank_accept
+    assert profile.acceptance_for("ngram-3", "head-head", 0.0) is None  # a head verifies nothing
+    plan = load_plan(tmp_path / "plan.yaml")
+    for shape in (StageShape("tree", budget=6, depth=3, dynamic=True), StageShape("sequence", gamma=3)):
+        save_plan(dataclasses.replace(plan, stages=(Stage("head-head", "target", shape),)), tmp_path / "head.yaml")
+        capsys.readouterr()
+        assert main(["run", str(tmp_path / "head.yaml"), "--prompt", "Hello there, hello there", "--max-new-tokens", "12",
+                     "--json", "--compare-plain"]) == 0
+        record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert record["identical_to_plain"] is True and record["stages"][0]["drafter"] == "head-head"
