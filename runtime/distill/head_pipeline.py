@@ -21,7 +21,7 @@ from specplan.runtime.distill.evaluate import DrafterScore, context_ids, load_or
 from specplan.runtime.distill.head_data import choose_vocabulary, coverage, head_sequences
 from specplan.runtime.distill.head_train import freeze_head, head_sequence_loss, new_head
 from specplan.runtime.distill.manifest import write_manifest
-from specplan.runtime.distill.pipeline import CACHE, _training_data, check_output
+from specplan.runtime.distill.pipeline import prepare_output, training_data
 from specplan.runtime.distill.train import TrainResult, run_key, train
 from specplan.runtime.drafters.head import HeadDrafter
 from specplan.runtime.drafters.head_model import load_head, save_head
@@ -60,15 +60,9 @@ def score_head(directory: Path, target, pairs, config: DistillConfig, device: to
 def run_head_distill(source: str, output: Path, config: DistillConfig, device: torch.device, vocabulary: int,
                      restart: bool = False, evaluate: bool = True) -> HeadReport:
     """Train a draft head for ``source`` into ``output`` (resuming a run found there)."""
-    started = time.monotonic()
-    deadline = started + 60.0 * config.train.budget_minutes
-    check_output(output)
-    cache = output / CACHE
-    if restart and (cache / "checkpoint.pt").is_file():
-        (cache / "checkpoint.pt").unlink()
-    cache.mkdir(parents=True, exist_ok=True)
+    started, deadline, cache = prepare_output(output, config, restart)
     target = load_model(source, config.data.dtype, str(device))
-    train_prompts, texts = _training_data(target, config, cache)
+    train_prompts, texts = training_data(target, config, cache)
     data_key = {"fingerprint": target.fingerprint, "dtype": target.dtype, "prompts": [p.prompt_id for p in train_prompts],
                 "data": dataclasses.asdict(config.data), "seed": config.train.seed}
     sequences = head_sequences(target.model, texts, cache / "features.pt", data_key)

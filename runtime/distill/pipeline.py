@@ -50,7 +50,7 @@ def check_output(output: Path) -> None:
         raise SpecplanError(f"{output} is a non-empty directory that `specplan distill` did not write; pass -o a new directory")
 
 
-def _training_data(target: LoadedModel, config: DistillConfig, cache: Path):
+def training_data(target: LoadedModel, config: DistillConfig, cache: Path):
     prompts = stratified(spec_bench_split("calibration"), config.data.train_limit)
     key = {"fingerprint": target.fingerprint, "prompts": [p.prompt_id for p in prompts],
            "data": dataclasses.asdict(config.data), "seed": config.train.seed}
@@ -80,21 +80,27 @@ def _evaluate(target: LoadedModel, output: Path, layers: tuple[int, ...], config
     return prompts, tuple(scores), target_t1(target, pairs, config.evaluation, device)
 
 
-def run_distill(source: str, output: Path, config: DistillConfig, device: torch.device,
-                restart: bool = False, evaluate: bool = True) -> DistillReport:
-    """Distill a drafter for ``source`` into ``output`` (resuming a run found there)."""
+def prepare_output(output: Path, config: DistillConfig, restart: bool) -> tuple[float, float, Path]:
+    """Start a run in ``output``: (start time, training deadline, cache directory), the
+    checkpoint dropped when ``restart``."""
     started = time.monotonic()
-    deadline = started + 60.0 * config.train.budget_minutes
     check_output(output)
     cache = output / CACHE
     if restart and (cache / "checkpoint.pt").is_file():
         (cache / "checkpoint.pt").unlink()
     cache.mkdir(parents=True, exist_ok=True)
+    return started, started + 60.0 * config.train.budget_minutes, cache
+
+
+def run_distill(source: str, output: Path, config: DistillConfig, device: torch.device,
+                restart: bool = False, evaluate: bool = True) -> DistillReport:
+    """Distill a drafter for ``source`` into ``output`` (resuming a run found there)."""
+    started, deadline, cache = prepare_output(output, config, restart)
     target = load_model(source, "float32", str(device))
     layers = config.layers or default_layers(target.model.config.num_hidden_layers, config.num_layers)
     drafter = build_drafter(target.model, layers)  # from the float32 weights
     target = _as_dtype(target, config.data.dtype)
-    train_prompts, sequences = _training_data(target, config, cache)
+    train_prompts, sequences = training_data(target, config, cache)
     data_seconds = time.monotonic() - started
     key = run_key(config.train, {"fingerprint": target.fingerprint, "layers": list(layers), "data": dataclasses.asdict(config.data)})
     result = train(drafter, sequences, config.train, cache / "checkpoint.pt", deadline, key)

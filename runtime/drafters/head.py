@@ -25,8 +25,8 @@ import torch
 
 from specplan.runtime.drafters.base import Proposal, SamplingConfig, TreeShape
 from specplan.runtime.drafters.model import choose_token
-from specplan.runtime.drafters.model_tree import LevelMask, children_from_logits
-from specplan.runtime.drafters.tree_growth import Children, Growth, grow_best_first, grow_static
+from specplan.runtime.drafters.model_tree import grow_tree, level_mask
+from specplan.runtime.drafters.tree_growth import Growth
 from specplan.runtime.session import ModelSession
 from specplan.runtime.tree import DraftTree
 
@@ -144,37 +144,20 @@ class HeadDrafter:
         slots: dict[int, int] = {0: true_length - 1}  # growth node -> head cache index
         estimates: dict[int, torch.Tensor] = {0: root_estimate[0]}  # growth node -> its estimate [hidden]
 
-        def expand(growth: Growth, nodes: list[int], counts: list[int]) -> list[Children]:
-            if nodes == [0]:
-                logits = root_logits
-            else:
-                logits = self._forward_level(growth, nodes, slots, estimates, true_length)
-            return children_from_logits(logits, counts, sampling, generator)
+        def level_logits(growth: Growth, nodes: list[int]) -> torch.Tensor:
+            return self._forward_level(growth, nodes, slots, estimates, true_length)
 
         try:
-            if shape.is_static:
-                return grow_static(expand, committed[-1], shape.parents)
-            return grow_best_first(expand, committed[-1], shape.budget, shape.depth, self.width)
+            return grow_tree(level_logits, root_logits, committed[-1], shape, sampling, generator, self.width)
         finally:
             self.session.keep(true_length, [])  # drop every draft node from the cache
 
     def _forward_level(self, growth: Growth, nodes: list[int], slots: dict[int, int],
                        estimates: dict[int, torch.Tensor], true_length: int) -> torch.Tensor:
         """One head forward over ``nodes`` (all of one depth), each fed its parent's estimate."""
-        past = len(self.session.cached)
-        allowed = torch.zeros(len(nodes), past + len(nodes), dtype=torch.bool)  # [n, past + n]
-        allowed[:, :true_length] = True
-        for row, node in enumerate(nodes):
-            ancestor = growth.parents[node]
-            while ancestor > 0:
-                allowed[row, slots[ancestor]] = True
-                ancestor = growth.parents[ancestor]
-            allowed[row, past + row] = True
-            slots[node] = past + row
-        positions = [true_length - 1 + growth.depth[node] for node in nodes]
+        mask = level_mask(growth, nodes, slots, true_length, len(self.session.cached))
         features = torch.stack([estimates[growth.parents[node]] for node in nodes])  # [n, hidden]
-        tokens = [growth.tokens[node] for node in nodes]
-        logits = self.session.extend_with(tokens, features, tree=LevelMask(allowed, positions))
+        logits = self.session.extend_with([growth.tokens[node] for node in nodes], features, tree=mask)
         for row, node in enumerate(nodes):
             estimates[node] = self.session.estimates[row]
         return logits

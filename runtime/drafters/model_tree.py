@@ -82,6 +82,36 @@ class LevelMask:
         return torch.tensor([self.positions], dtype=torch.long, device=device)  # [1, n]
 
 
+def level_mask(growth: Growth, nodes: list[int], slots: dict[int, int], committed_length: int, past: int) -> LevelMask:
+    """The mask of one level forward: ``nodes`` (all of one depth) see the first
+    ``committed_length`` cached positions, their ancestors' slots and themselves; records
+    each node's slot (``past + row``) in ``slots``. The root sits at ``committed_length - 1``."""
+    allowed = torch.zeros(len(nodes), past + len(nodes), dtype=torch.bool)  # [n, past + n]
+    allowed[:, :committed_length] = True
+    for row, node in enumerate(nodes):
+        ancestor = growth.parents[node]
+        while ancestor > 0:
+            allowed[row, slots[ancestor]] = True
+            ancestor = growth.parents[ancestor]
+        allowed[row, past + row] = True
+        slots[node] = past + row
+    return LevelMask(allowed, [committed_length - 1 + growth.depth[node] for node in nodes])
+
+
+def grow_tree(level_logits, root_logits: torch.Tensor, root_token: int, shape: TreeShape, sampling: SamplingConfig,
+              generator: torch.Generator, width: int) -> Growth:
+    """Grow ``shape`` (static, or best-first up to ``width`` children a node) from a neural
+    drafter: ``root_logits`` [1, vocab] rank the root's children, ``level_logits(growth, nodes)``
+    [len(nodes), vocab] those of one deeper level (one forward)."""
+    def expand(growth: Growth, nodes: list[int], counts: list[int]) -> list[Children]:
+        logits = root_logits if nodes == [0] else level_logits(growth, nodes)
+        return children_from_logits(logits, counts, sampling, generator)
+
+    if shape.is_static:
+        return grow_static(expand, root_token, shape.parents)
+    return grow_best_first(expand, root_token, shape.budget, shape.depth, width)
+
+
 class ModelTreeDrafter:
     """Tree drafting with a causal LM over its own KV cache (``model:`` or ``layerskip:`` specs)."""
 
@@ -104,30 +134,16 @@ class ModelTreeDrafter:
         committed_length = len(self.session.cached)  # = len(committed): the root is cached last
         slots: dict[int, int] = {0: committed_length - 1}  # growth node -> cache index
 
-        def expand(growth: Growth, nodes: list[int], counts: list[int]) -> list[Children]:
-            logits = root_logits if nodes == [0] else self._forward_level(growth, nodes, slots, committed_length)
-            return children_from_logits(logits, counts, sampling, generator)
+        def level_logits(growth: Growth, nodes: list[int]) -> torch.Tensor:
+            return self._forward_level(growth, nodes, slots, committed_length)
 
         try:
-            if shape.is_static:
-                return grow_static(expand, committed[-1], shape.parents)
-            return grow_best_first(expand, committed[-1], shape.budget, shape.depth, self.width)
+            return grow_tree(level_logits, root_logits, committed[-1], shape, sampling, generator, self.width)
         finally:
             self.session.keep(committed_length, [])  # drop every draft node from the cache
 
     def _forward_level(self, growth: Growth, nodes: list[int], slots: dict[int, int],
                        committed_length: int) -> torch.Tensor:
         """One forward over ``nodes`` (all of one depth); returns logits [len(nodes), vocab]."""
-        past = len(self.session.cached)
-        allowed = torch.zeros(len(nodes), past + len(nodes), dtype=torch.bool)  # [n, past + n]
-        allowed[:, :committed_length] = True
-        for row, node in enumerate(nodes):
-            ancestor = growth.parents[node]
-            while ancestor > 0:
-                allowed[row, slots[ancestor]] = True
-                ancestor = growth.parents[ancestor]
-            allowed[row, past + row] = True
-            slots[node] = past + row
-        positions = [committed_length - 1 + growth.depth[node] for node in nodes]
-        tokens = [growth.tokens[node] for node in nodes]
-        return self.session.extend(tokens, tree=LevelMask(allowed, positions))
+        mask = level_mask(growth, nodes, slots, committed_length, len(self.session.cached))
+        return self.session.extend([growth.tokens[node] for node in nodes], tree=mask)
