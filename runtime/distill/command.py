@@ -32,6 +32,8 @@ def add_distill_parser(commands) -> None:
     parser.add_argument("--layers", default="4", help="drafter layers: a count K (the target's first K) or a list such as 0,1,28,29")
     parser.add_argument("--train-limit", type=int, default=None, help="calibration prompts to train on (default 120)")
     parser.add_argument("--sampled", type=int, default=None, help="sampled continuations per prompt besides the greedy one")
+    parser.add_argument("--self-prompts", type=int, default=None,
+                        help="extra prompts the target writes itself and answers (more varied training text; default 0)")
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluation prompts to score on (default 12; 0 skips)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=None,
@@ -52,7 +54,7 @@ def _checked(args) -> None:
             raise SpecplanError(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads is not None and args.threads < 1:
         raise SpecplanError("--threads must be at least 1")
-    for name in ("sampled", "eval_limit"):
+    for name in ("sampled", "eval_limit", "self_prompts"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
             raise SpecplanError(f"--{name.replace('_', '-')} must be 0 or more")
 
@@ -64,7 +66,8 @@ def distill_config(args, num_target_layers: int):
 
     base = DistillConfig()
     data = dataclasses.replace(base.data, **{key: value for key, value in
-                                             (("train_limit", args.train_limit), ("sampled_per_prompt", args.sampled)) if value is not None})
+                                             (("train_limit", args.train_limit), ("sampled_per_prompt", args.sampled),
+                                              ("self_prompts", args.self_prompts)) if value is not None})
     optional = {key: value for key, value in (("steps", args.steps), ("learning_rate", args.learning_rate)) if value is not None}
     train = dataclasses.replace(base.train, seed=args.seed, budget_minutes=args.budget_minutes, **optional)
     evaluation = dataclasses.replace(base.evaluation, **({"eval_limit": args.eval_limit} if args.eval_limit else {}))

@@ -13,6 +13,7 @@ class DataConfig:
     train_limit: int = 120  # calibration prompts (Spec-Bench question_id % 4 == 0), spread over categories
     max_new_tokens: int = 128  # greedy continuation per prompt
     sampled_per_prompt: int = 0  # extra sampled continuations per prompt (more varied text)
+    self_prompts: int = 0  # extra prompts the target writes itself (Magpie, arXiv 2406.08464), answered greedily
     temperature: float = 0.8  # of the sampled continuations
     top_k: int = 64  # target log-probabilities kept per position (the truncated KL's support)
     max_length: int = 1024  # longest training sequence; longer ones keep their last tokens

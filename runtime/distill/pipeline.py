@@ -24,6 +24,7 @@ from specplan.runtime.distill.data import build_sequences, load_sequences, save_
 from specplan.runtime.distill.evaluate import DrafterScore, load_or_make_outputs, score, target_t1
 from specplan.runtime.distill.init import build_drafter, default_layers
 from specplan.runtime.distill.manifest import write_manifest
+from specplan.runtime.distill.self_prompts import self_written_prompts
 from specplan.runtime.distill.train import TrainResult, run_key, train
 from specplan.runtime.drafters.layerskip import layer_skip_view
 from specplan.runtime.models import DTYPES, LoadedModel, load_model
@@ -56,7 +57,9 @@ def training_data(target: LoadedModel, config: DistillConfig, cache: Path):
            "data": dataclasses.asdict(config.data), "seed": config.train.seed}
     sequences = load_sequences(cache / "data.pt", key)
     if sequences is None:
-        sequences = build_sequences(target.model, target.tokenizer, prompts, config.data, eos_ids(target), config.train.seed)
+        extra = self_written_prompts(target.model, target.tokenizer, config.data.self_prompts, config.train.seed, eos_ids(target))
+        sequences = build_sequences(target.model, target.tokenizer, prompts + extra, config.data, eos_ids(target),
+                                    config.train.seed)
         save_sequences(cache / "data.pt", sequences, key)
     return prompts, sequences
 

@@ -152,3 +152,18 @@ def test_cli_profiles_a_head_and_runs_a_head_plan_losslessly(head_dir, tiny_mode
                      "--json", "--compare-plain"]) == 0
         record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert record["identical_to_plain"] is True and record["stages"][0]["drafter"] == "head-head"
+
+
+def test_the_target_writes_its_own_prompts_reproducibly(tiny_model_dir, one_thread):
+    from specplan.runtime.build import eos_ids
+    from specplan.runtime.distill.self_prompts import self_written_prompts, user_turn_prefix
+    from specplan.runtime.models import load_model
+
+    target = load_model(tiny_model_dir, "float32")
+    prefix = target.tokenizer.decode(user_turn_prefix(target.tokenizer))
+    assert prefix.endswith("user\n") and "assistant" not in prefix.split("user")[-1]
+    first = self_written_prompts(target.model, target.tokenizer, 5, 0, eos_ids(target), batch_size=3, max_tokens=8)
+    again = self_written_prompts(target.model, target.tokenizer, 5, 0, eos_ids(target), batch_size=3, max_tokens=8)
+    assert 1 <= len(first) <= 5 and [p.text for p in first] == [p.text for p in again]
+    assert all(p.text.strip() and p.category == "self-written" for p in first)
+    assert [p.prompt_id for p in first] == [f"self-{index}" for index in range(len(first))]
