@@ -11,10 +11,13 @@ and beside the best model drafter's children (``retrieval_rank_accept``, Graft a
 from __future__ import annotations
 
 import datetime
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import transformers
+import yaml
 from tqdm import tqdm
 
 import specplan
@@ -153,9 +156,30 @@ def _middle_acceptance(built, curves, target: LoadedModel, prompts, device, sett
     return entries
 
 
+def trained_on_calibration(spec: DrafterSpec, prompts: list[Prompt]) -> str | None:
+    """A warning when ``spec`` is a ``specplan distill`` drafter trained on some of ``prompts``
+    (its acceptance measured on them is optimistic: it has seen those texts); else None."""
+    if spec.kind not in ("head", "model"):
+        return None
+    manifest = Path(spec.argument) / "distill.yaml"
+    if not manifest.is_file():
+        return None
+    document = yaml.safe_load(manifest.read_text()) or {}
+    trained = {str(prompt_id) for prompt_id in (document.get("data") or {}).get("train_prompts") or ()}
+    seen = [p.prompt_id for p in prompts if p.prompt_id in trained]
+    if not seen:
+        return None
+    return (f"{spec.id} was trained on {len(seen)} of the {len(prompts)} calibration prompts, so its acceptance here "
+            "is optimistic; profile with --prompts FILE of prompts it never saw for an unbiased plan")
+
+
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
                 device: torch.device, settings: ProfileSettings) -> Profile:
     """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``."""
+    for spec in drafters:
+        message = trained_on_calibration(spec, prompts)
+        if message is not None:
+            warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]
     context = _context_ids(target, prompts, settings.context)
     networks = [("target", target.model)] + [(b.spec.id, b.model) for b in built if b.model is not None]
