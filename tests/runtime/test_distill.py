@@ -266,7 +266,8 @@ def parse(argv):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--kind", "head"], "--kind head"),
+    (["--kind", "head", "--vocab", "-1"], "--vocab"),
+    (["--self-prompts", "-2"], "--self-prompts"),
     (["--budget-minutes", "0"], "--budget-minutes"),
     (["--steps", "0"], "--steps"),
     (["--sampled", "-1"], "--sampled"),
