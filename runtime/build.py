@@ -179,7 +179,8 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     for below in plan.stages[:-1]:
         middle = parse_drafter_spec(drafter_source(profile, below.verifier))
         if middle.is_retrieval or middle.kind == "head":
-            raise PlanError(f"{below.verifier!r} verifies a stage but is a {middle.kind} drafter, not a model; fix the plan")
+            kind = "retrieval drafter" if middle.is_retrieval else "draft head"
+            raise PlanError(f"{below.verifier!r} verifies a stage but is a {kind}, not a model; fix the plan")
         session = ModelSession(_drafter_network(middle, target, device), device)
         runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **_stage_shape(below))
         drafter = HierarchyDrafter(below.verifier, runner, stop)
