@@ -41,7 +41,6 @@ class HeadReport:
     target_t1_ms: float
     eval_prompt_ids: tuple[str, ...]
     eval_coverage: float  # share of held-out target tokens in the kept vocabulary
-    layers: tuple[int, ...] = ()
 
 
 def score_head(directory: Path, target, pairs, config: DistillConfig, device: torch.device) -> DrafterScore:

@@ -17,26 +17,27 @@ from pathlib import Path
 
 import torch
 import transformers
-import yaml
 from tqdm import tqdm
 
 import specplan
 from specplan.drafter_spec import DrafterSpec
+from specplan.errors import DrafterSpecError
 from specplan.profile import AcceptanceEntry, ModelEntry, Profile, RetrievalEntry, shape_of_network
 from specplan.prompts import Prompt
 from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
 from specplan.runtime.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.head import HeadDrafter
+from specplan.runtime.drafters.head_model import DraftHead
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.models import LoadedModel
 from specplan.runtime.modes import profile_mode
 from specplan.runtime.profiler.acceptance import AcceptanceCounter, replay_model
-from specplan.runtime.drafters.head import HeadDrafter
-from specplan.runtime.drafters.head_model import DraftHead
 from specplan.runtime.profiler.device import describe_device
 from specplan.runtime.profiler.head_acceptance import replay_head
 from specplan.runtime.profiler.latency import WIDTHS, measure_latency
 from specplan.runtime.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
+from specplan.yamlio import read_document
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def trained_on_calibration(spec: DrafterSpec, prompts: list[Prompt]) -> str | No
     manifest = Path(spec.argument) / "distill.yaml"
     if not manifest.is_file():
         return None
-    document = yaml.safe_load(manifest.read_text()) or {}
+    document = read_document(manifest, "distill", DrafterSpecError)
     trained = {str(prompt_id) for prompt_id in (document.get("data") or {}).get("train_prompts") or ()}
     seen = [p.prompt_id for p in prompts if p.prompt_id in trained]
     if not seen:
