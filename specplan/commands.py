@@ -11,7 +11,7 @@ from specplan.drafter_spec import parse_drafter_spec
 from specplan.errors import PlanError, SpecplanError
 from specplan.plan import Plan, load_plan, save_plan
 from specplan.profile import Profile, load_profile, save_profile
-from specplan.prompts import Prompt, read_prompts, spec_bench_split, stratified
+from specplan.prompts import PROFILE_PROMPTS, Prompt, profile_prompts, read_prompts, stratified
 from specplan.yamlio import file_sha256
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
@@ -32,8 +32,8 @@ def command_profile(args) -> int:
     quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (README, "4-bit targets")
     if args.limit is not None and args.limit < 1:
         raise SpecplanError("--limit must be at least 1")
-    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("calibration")
-    prompts = stratified(prompts, args.limit or (13 if args.quick else 40))
+    limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
+    prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else profile_prompts(limit)
     import torch  # noqa: F401 - heavy imports only once the arguments are known to be good
 
     from specplan.runtime.models import load_model, quiet_transformers

@@ -75,6 +75,22 @@ def spec_bench_split(split: str) -> list[Prompt]:
     raise PromptError(f"unknown split {split!r}; use calibration or evaluation")
 
 
+PROFILE_PROMPTS = 40  # calibration prompts `specplan profile` measures on: the stratified first 40
+
+
+def profile_prompts(limit: int) -> list[Prompt]:
+    """The calibration prompts ``specplan profile`` measures on (``--quick`` takes the first 13)."""
+    return stratified(spec_bench_split("calibration"), limit)
+
+
+def drafter_training_prompts(limit: int) -> list[Prompt]:
+    """Up to ``limit`` calibration prompts a distilled drafter may train on, spread over
+    categories: every calibration prompt but the :data:`PROFILE_PROMPTS` that ``specplan
+    profile`` measures on, so that a profile measures a distilled drafter on text it never saw."""
+    measured = {prompt.prompt_id for prompt in profile_prompts(PROFILE_PROMPTS)}
+    return stratified([p for p in spec_bench_split("calibration") if p.prompt_id not in measured], limit)
+
+
 def stratified(prompts: list[Prompt], limit: int) -> list[Prompt]:
     """Up to ``limit`` prompts, round-robin over categories so that every category appears."""
     by_category: dict[str, list[Prompt]] = defaultdict(list)

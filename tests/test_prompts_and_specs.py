@@ -47,3 +47,15 @@ def test_drafter_spec_ids(spec, expected):
 def test_bad_drafter_specs(spec):
     with pytest.raises(DrafterSpecError):
         parse_drafter_spec(spec)
+
+
+def test_drafter_training_prompts_leave_out_the_profile_prompts():
+    from specplan.prompts import PROFILE_PROMPTS, drafter_training_prompts, profile_prompts, spec_bench_split
+
+    measured = {p.prompt_id for p in profile_prompts(PROFILE_PROMPTS)}
+    training = drafter_training_prompts(1000)
+    assert len(measured) == PROFILE_PROMPTS
+    assert not measured & {p.prompt_id for p in training}
+    assert len(training) + PROFILE_PROMPTS == len(spec_bench_split("calibration"))
+    assert {p.category for p in drafter_training_prompts(13)} == {p.category for p in training}
+    assert {p.prompt_id for p in profile_prompts(13)} <= measured  # --quick measures a subset

@@ -30,10 +30,13 @@ def add_distill_parser(commands) -> None:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default 300)")
     parser.add_argument("--learning-rate", type=float, default=None, help="AdamW peak learning rate (default 1e-3)")
     parser.add_argument("--layers", default="4", help="drafter layers: a count K (the target's first K) or a list such as 0,1,28,29")
-    parser.add_argument("--train-limit", type=int, default=None, help="calibration prompts to train on (default 120)")
+    parser.add_argument("--train-limit", type=int, default=None, help="calibration prompts to train on (default 80: all but the 40 that profile measures on)")
     parser.add_argument("--sampled", type=int, default=None, help="sampled continuations per prompt besides the greedy one")
     parser.add_argument("--self-prompts", type=int, default=None,
                         help="extra prompts the target writes itself and answers (more varied training text; default 0)")
+    parser.add_argument("--answer-tokens", type=int, default=None,
+                        help="longest target answer per training prompt, in tokens (default 128)")
+    parser.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default 0)")
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluation prompts to score on (default 12; 0 skips)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=None,
@@ -49,7 +52,9 @@ def _checked(args) -> None:
         raise SpecplanError("--budget-minutes must be positive")
     if args.learning_rate is not None and not args.learning_rate > 0:
         raise SpecplanError("--learning-rate must be positive")
-    for name in ("steps", "train_limit"):
+    if args.weight_decay is not None and args.weight_decay < 0:
+        raise SpecplanError("--weight-decay must be 0 or more")
+    for name in ("steps", "train_limit", "answer_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecplanError(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads is not None and args.threads < 1:
@@ -67,8 +72,10 @@ def distill_config(args, num_target_layers: int):
     base = DistillConfig()
     data = dataclasses.replace(base.data, **{key: value for key, value in
                                              (("train_limit", args.train_limit), ("sampled_per_prompt", args.sampled),
-                                              ("self_prompts", args.self_prompts)) if value is not None})
-    optional = {key: value for key, value in (("steps", args.steps), ("learning_rate", args.learning_rate)) if value is not None}
+                                              ("self_prompts", args.self_prompts),
+                                              ("max_new_tokens", args.answer_tokens)) if value is not None})
+    optional = {key: value for key, value in (("steps", args.steps), ("learning_rate", args.learning_rate),
+                                                      ("weight_decay", args.weight_decay)) if value is not None}
     train = dataclasses.replace(base.train, seed=args.seed, budget_minutes=args.budget_minutes, **optional)
     evaluation = dataclasses.replace(base.evaluation, **({"eval_limit": args.eval_limit} if args.eval_limit else {}))
     layers = parse_layers(str(args.layers), num_target_layers) if args.kind == "model" else ()

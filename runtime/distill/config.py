@@ -10,14 +10,14 @@ class DataConfig:
     """What the target generates and what is kept of its logits (FastDraft, arXiv 2411.11055:
     the drafter learns from text the target wrote itself)."""
 
-    train_limit: int = 120  # calibration prompts (Spec-Bench question_id % 4 == 0), spread over categories
+    train_limit: int = 80  # calibration prompts (Spec-Bench question_id % 4 == 0) that profile does not measure on
     max_new_tokens: int = 128  # greedy continuation per prompt
     sampled_per_prompt: int = 0  # extra sampled continuations per prompt (more varied text)
     self_prompts: int = 0  # extra prompts the target writes itself (Magpie, arXiv 2406.08464), answered greedily
     temperature: float = 0.8  # of the sampled continuations
     top_k: int = 64  # target log-probabilities kept per position (the truncated KL's support)
     max_length: int = 1024  # longest training sequence; longer ones keep their last tokens
-    batch_size: int = 24  # prompts decoded together (left padding; similar lengths)
+    batch_size: int = 64  # prompts decoded together (left padding; similar lengths): 255 tok/s vs 186 at 24
     dtype: str = "bfloat16"  # the target's dtype while generating (the runtime default)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from specplan.errors import SpecplanError
-from specplan.prompts import spec_bench_split, stratified
+from specplan.prompts import drafter_training_prompts, spec_bench_split, stratified
 from specplan.runtime.build import eos_ids
 from specplan.runtime.distill.config import DistillConfig
 from specplan.runtime.distill.data import build_sequences, load_sequences, save_sequences
@@ -52,12 +52,13 @@ def check_output(output: Path) -> None:
 
 
 def training_data(target: LoadedModel, config: DistillConfig, cache: Path):
-    prompts = stratified(spec_bench_split("calibration"), config.data.train_limit)
+    prompts = drafter_training_prompts(config.data.train_limit)
     key = {"fingerprint": target.fingerprint, "prompts": [p.prompt_id for p in prompts],
            "data": dataclasses.asdict(config.data), "seed": config.train.seed}
     sequences = load_sequences(cache / "data.pt", key)
     if sequences is None:
-        extra = self_written_prompts(target.model, target.tokenizer, config.data.self_prompts, config.train.seed, eos_ids(target))
+        extra = self_written_prompts(target.model, target.tokenizer, config.data.self_prompts, config.train.seed, eos_ids(target),
+                                     batch_size=config.data.batch_size)
         sequences = build_sequences(target.model, target.tokenizer, prompts + extra, config.data, eos_ids(target),
                                     config.train.seed)
         save_sequences(cache / "data.pt", sequences, key)

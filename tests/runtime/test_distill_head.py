@@ -169,14 +169,15 @@ def test_the_target_writes_its_own_prompts_reproducibly(tiny_model_dir, one_thre
     assert [p.prompt_id for p in first] == [f"self-{index}" for index in range(len(first))]
 
 
-def test_profile_warns_when_a_distilled_drafter_saw_the_calibration_prompts(head_dir):
+def test_distill_never_trains_on_the_profile_prompts_and_profile_warns_when_it_did(head_dir):
     from specplan.drafter_spec import parse_drafter_spec
-    from specplan.prompts import Prompt, spec_bench_split, stratified
+    from specplan.prompts import PROFILE_PROMPTS, Prompt, drafter_training_prompts, profile_prompts
     from specplan.runtime.profiler.run import trained_on_calibration
 
     output, _ = head_dir
     spec = parse_drafter_spec(f"head:{output}")
-    calibration = stratified(spec_bench_split("calibration"), 4)
-    assert "trained on" in trained_on_calibration(spec, calibration)
+    assert trained_on_calibration(spec, profile_prompts(PROFILE_PROMPTS)) is None
+    calibration = drafter_training_prompts(4)
+    assert "trained on 4 of the 4" in trained_on_calibration(spec, calibration)
     assert trained_on_calibration(spec, [Prompt("never-seen", "qa", "hello")]) is None
     assert trained_on_calibration(parse_drafter_spec("ngram:3"), calibration) is None
