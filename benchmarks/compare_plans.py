@@ -10,7 +10,11 @@ reference is the runtime's own plain decoding of the same (e.g. 4-bit) target: i
 every method's output must be token-identical to it.
 
     .venv/bin/python benchmarks/compare_plans.py PROFILE --limit 20 --max-new-tokens 64 [--dtype float32]
-        [--drafter ID] [--json OUT]
+        [--drafter ID] [--runtime compiled] [--json OUT]
+
+``--runtime compiled`` compiles every width's graph of the target before anything is timed
+(the seconds are printed apart); transformers' own ``generate`` then runs beside as
+``hf-plain``, so the table shows the speedup over both plain decodings.
 
 ``--dtype float32`` runs the profile's plans with the target in float32 compute (token
 identity is exact there), whatever dtype the profile measured.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import warnings
 
@@ -34,9 +39,12 @@ from specplan.runtime.bench import interleave, warm_up
 from specplan.runtime.bench_methods import EngineMethod
 from specplan.runtime.build import build_engine, eos_ids
 from specplan.runtime.chat import encode_prompt
+from specplan.runtime.compiled import compile_buckets
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.modes import session_options
 from specplan.runtime.models import load_model, quiet_transformers
+from specplan.runtime.peers import GenerateMethod
 
 
 def _uses(candidate, drafter: str) -> bool:
@@ -101,7 +109,11 @@ def main() -> None:
     parser.add_argument("--drafter", default=None, help="also compare the best plans with and without this drafter id")
     parser.add_argument("--only", default=None, help="comma list of plan names to run beside plain (e.g. best-hierarchy)")
     parser.add_argument("--json", default=None, help="write the table and per-prompt rows here")
+    parser.add_argument("--runtime", choices=("eager", "static", "compiled"), default=None,
+                        help="the runtime of every plan and of plain (default: SPECPLAN_RUNTIME, else eager)")
     args = parser.parse_args()
+    if args.runtime:
+        os.environ["SPECPLAN_RUNTIME"] = args.runtime
     quiet_transformers()
     profile = load_profile(args.profile)
     device = torch.device("cpu")
@@ -120,16 +132,26 @@ def main() -> None:
         predicted[name] = plan.predicted.tokens_per_s
     prompts = stratified(spec_bench_split("evaluation"), args.limit)
     encoded = [(prompt, encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
+    if session_options()["compiled"]:
+        seconds = compile_buckets(target.model, device, encoded[0][1])
+        print(f"compiled runtime: {seconds:.0f} s compiling the target's graphs before the timed runs")
+        methods.append(GenerateMethod("hf-plain", "peer", target.model, device, eos_ids(target), sampling,
+                                      "transformers generate, the target alone"))
     warm_up(methods, encoded[0][1], 8)
     rows = interleave(methods, encoded, args.max_new_tokens, "plain", target.model, sampling, predicted, "hierarchy bench")
     table = summarize(rows, methods, predicted)
+    hf_plain = next((line["tokens_per_s"] for line in table if line["method"] == "hf-plain"), None)
+    for line in table:
+        line["over_hf_plain"] = round(line["tokens_per_s"] / hf_plain, 3) if hf_plain else None
     print(f"target {entry.id}: {entry.source} quant={args.quant or entry.quant} dtype={target.dtype}, {len(prompts)} evaluation prompts, "
           f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
-    print("| method | configuration | tok/s | predicted tok/s | median speedup | accepted/forward | identical |")
-    print("|---|---|---|---|---|---|---|")
+    print("| method | configuration | tok/s | predicted tok/s | median speedup over plain | tok/s over hf-plain | "
+          "accepted/forward | identical |")
+    print("|---|---|---|---|---|---|---|---|")
     for line in table:
         print(f"| {line['method']} | {line['configuration']} | {line['tokens_per_s']} | {line['predicted_tokens_per_s']} | "
-              f"{line['median_speedup']} | {line['accepted_per_target_forward']} | {line['identical']}/{line['prompts']} |")
+              f"{line['median_speedup']} | {line['over_hf_plain'] or '-'} | {line['accepted_per_target_forward']} | "
+              f"{line['identical']}/{line['prompts']} |")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"table": table, "rows": [{"prompt_id": r.prompt_id, "category": r.category, "method": r.method,

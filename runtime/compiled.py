@@ -20,7 +20,7 @@ shared by every session of that model: ``inductor`` (its C++ backend on CPU; on 
 ``mode="reduce-overhead"``, i.e. CUDA graphs). Steps wider than the largest bucket (a prompt's
 prefill) run eagerly over the same cache. On CUDA (not measured here: no GPU on the machine this
 was written on) the key length is the whole buffer instead, because CUDA graphs replay fixed
-shapes; the logits are cloned out of the graph's output buffer. ``compile_seconds`` accumulates the time of calls
+shapes; the logits and hidden states are cloned out of the graph's output buffers. ``compile_seconds`` accumulates the time of calls
 that compiled a new graph, so callers report it apart from step time.
 """
 
@@ -46,12 +46,14 @@ def bucket_of(count: int) -> int | None:
 
 
 def _step(model, cache, input_ids, position_ids, attention_mask):
-    """The traced function: one forward over the cache, logits [1, bucket, vocab]. The key
+    """The traced function: one forward over the cache, logits [1, bucket, vocab] and the last
+    hidden states [1, bucket, hidden] (what the LM head reads; a draft head's features). The
+    decoder and the LM head run apart, the arithmetic of the model's own forward. The key
     length is read from the mask, whose last dimension is dynamic: one graph per bucket."""
     cache.kv_length = attention_mask.shape[-1]
-    output = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                   past_key_values=cache, use_cache=True)
-    return output.logits
+    hidden = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                                 past_key_values=cache, use_cache=True).last_hidden_state
+    return model.get_output_embeddings()(hidden), hidden
 
 
 class CompiledStep:
@@ -70,8 +72,9 @@ class CompiledStep:
         self.compile_seconds = 0.0
         self.calls = 0
 
-    def run(self, cache: StaticKVCache, tokens: list[int], tree=None) -> torch.Tensor:
-        """Logits [len(tokens), vocab] of one padded forward; the cache keeps ``len(tokens)`` rows."""
+    def run(self, cache: StaticKVCache, tokens: list[int], tree=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [len(tokens), vocab] and last hidden states [len(tokens), hidden] of one padded
+        forward; the cache keeps ``len(tokens)`` rows."""
         count, past = len(tokens), cache.length
         bucket = bucket_of(count)
         kv_length = max(cache.capacity, past + bucket) if self.cuda else past + bucket
@@ -87,17 +90,17 @@ class CompiledStep:
         begin = time.perf_counter()
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-            logits = self.function(self.model, cache, input_ids, positions, mask).clone()  # replays reuse it
-        else:
+            logits, hidden = (output.clone() for output in self.function(self.model, cache, input_ids, positions, mask))
+        else:  # the clones: replays reuse the graph's output buffers
             torch._dynamo.mark_dynamic(mask, 3)
             with attention_implementation(self.model, ATTENTION):
-                logits = self.function(self.model, cache, input_ids, positions, mask)
+                logits, hidden = self.function(self.model, cache, input_ids, positions, mask)
         if key not in self.graphs:
             self.graphs.add(key)
             self.compile_seconds += time.perf_counter() - begin
         cache.commit(count)
         self.calls += 1
-        return logits[0, :count]
+        return logits[0, :count], hidden[0, :count]
 
 
 @contextlib.contextmanager

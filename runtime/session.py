@@ -15,7 +15,8 @@ with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow
 With ``keep_features`` set (a draft head reads them: EAGLE, arXiv 2401.15077), every forward
 also returns the model's last hidden state (the final norm's output, what the LM head reads)
 and ``features`` [len(cached), hidden] stays aligned with ``cached`` through extend, keep and
-rewind. Such forwards run eagerly (the compiled graphs return logits only).
+rewind (compiled steps return the hidden states beside the logits, so a head plan keeps the
+compiled verifier).
 """
 
 from __future__ import annotations
@@ -102,12 +103,13 @@ class ModelSession:
         """
         start = now(self.device)
         tokens = [int(t) for t in tokens]
-        if self.keep_features:
-            logits = self._forward(tokens, tree, with_features=True)
-        elif self._use_compiled(len(tokens)):
-            logits = self.step.run(self.cache, tokens, tree).float()  # [n, vocab]
+        if self._use_compiled(len(tokens)):
+            logits, hidden = self.step.run(self.cache, tokens, tree)  # [n, vocab], [n, hidden]
+            logits = logits.float()
+            if self.keep_features:
+                self._append_features(hidden)
         else:
-            logits = self._forward(tokens, tree)
+            logits = self._forward(tokens, tree, with_features=self.keep_features)
         self.cached.extend(tokens)
         self.forwards += 1
         self.forward_seconds += now(self.device) - start
@@ -139,12 +141,15 @@ class ModelSession:
             output = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
             hidden = output.last_hidden_state[0]  # [n, hidden]
             logits = self.model.get_output_embeddings()(hidden)  # [n, vocab]
-            self.features = hidden if self.features is None else torch.cat([self.features, hidden])
+            self._append_features(hidden)
         else:
             logits = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs).logits[0]
         if self.cache_kind == "static":
             self.cache.commit(len(tokens))
         return logits.float()  # [n, vocab]
+
+    def _append_features(self, hidden: torch.Tensor) -> None:
+        self.features = hidden if self.features is None else torch.cat([self.features, hidden])
 
     @property
     def compile_seconds(self) -> float:

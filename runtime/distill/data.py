@@ -25,6 +25,7 @@ from specplan.runtime.chat import encode_prompt
 from specplan.runtime.distill.config import DataConfig
 
 DATA_VERSION = 1
+TOKEN_BUDGET = 16384  # (prompt + answer) tokens of one decoding batch
 
 
 @dataclass(frozen=True)
@@ -74,42 +75,86 @@ def generate_batch(model: torch.nn.Module, batch: list[list[int]], config: DataC
 
 
 @torch.inference_mode()
-def target_top_logprobs(model: torch.nn.Module, token_ids: list[int], top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One teacher-forced forward: the target's top-k ids [length - 1, k] and log-probs for each next token."""
+def target_top_logprobs(model: torch.nn.Module, token_ids: list[int], top_k: int,
+                        rows: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """One teacher-forced forward: the target's top-k ids [length - 1, k] and log-probs for each next token.
+
+    The LM head runs ``rows`` positions at a time, so no [length, vocab] float32 tensor is ever
+    whole (a 1000-token text's would be 200 MB; allocations of ever-changing size that large
+    fragment the CPU allocator)."""
     ids = torch.tensor([token_ids], device=model.device)
-    logits = model(input_ids=ids, use_cache=False).logits[0, :-1].float()  # [length - 1, vocab]
-    values, indices = torch.topk(torch.log_softmax(logits, dim=-1), top_k, dim=-1)
-    return indices.int().cpu(), values.cpu()
+    hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[0, :-1]  # [length - 1, hidden]
+    head = model.get_output_embeddings()
+    indices, values = [], []
+    for start in range(0, hidden.shape[0], rows):
+        logprobs = torch.log_softmax(head(hidden[start:start + rows]).float(), dim=-1)  # [<= rows, vocab]
+        top = torch.topk(logprobs, top_k, dim=-1)
+        indices.append(top.indices.int().cpu())
+        values.append(top.values.cpu())
+    return torch.cat(indices), torch.cat(values)
+
+
+def decode_batches(lengths: list[int], batch_size: int, token_budget: int = TOKEN_BUDGET) -> list[list[int]]:
+    """Indices of prompts decoded together: similar lengths side by side, at most ``batch_size``
+    prompts and (longest prompt + answer) x count <= ``token_budget`` (long prompts in small
+    batches: a batch's prefill attention grows with count x longest^2)."""
+    order = sorted(range(len(lengths)), key=lambda index: lengths[index])
+    batches: list[list[int]] = []
+    for index in order:
+        batch = batches[-1] if batches else None
+        if batch is None or len(batch) >= batch_size or (len(batch) + 1) * lengths[index] > token_budget:
+            batches.append([index])
+        else:
+            batch.append(index)
+    return batches
 
 
 def _continuations(model, tokenizer, prompts: list[Prompt], config: DataConfig, eos_ids: set[int], seed: int):
     """(prompt, prompt ids, continuation) for every prompt: greedy first, then the sampled ones."""
     encoded = [(prompt, encode_prompt(tokenizer, prompt.text)) for prompt in prompts]
-    order = sorted(range(len(encoded)), key=lambda index: len(encoded[index][1]))  # similar lengths batch together
+    batches = decode_batches([len(ids) + config.max_new_tokens for _, ids in encoded], config.batch_size)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids or {0})
     passes = [False] + [True] * config.sampled_per_prompt
     results = []
-    with tqdm(total=len(order) * len(passes), desc="distill: target decoding calibration prompts", unit="prompt") as bar:
+    with tqdm(total=len(encoded) * len(passes), desc="distill: target answering the training prompts", unit="prompt") as bar:
         for number, sample in enumerate(passes):
             torch.manual_seed(seed * 1000 + number)
-            for start in range(0, len(order), config.batch_size):
-                chosen = [encoded[index] for index in order[start:start + config.batch_size]]
+            for batch in batches:
+                chosen = [encoded[index] for index in batch]
                 outputs = generate_batch(model, [ids for _, ids in chosen], config, eos_ids, pad_id, sample)
                 results.extend((prompt, ids, output) for (prompt, ids), output in zip(chosen, outputs))
                 bar.update(len(chosen))
     return results
 
 
-def build_sequences(model, tokenizer, prompts: list[Prompt], config: DataConfig, eos_ids: set[int],
-                    seed: int) -> list[TrainingSequence]:
-    """Decode ``prompts`` with the target and record its top-k log-probabilities over each text."""
+def decode_answers(model, tokenizer, prompts: list[Prompt], config: DataConfig, eos_ids: set[int],
+                   seed: int) -> list[tuple[str, list[int], list[int]]]:
+    """(prompt id, prompt ids, answer ids) of the target's answer to every prompt."""
+    return [(prompt.prompt_id, ids, output) for prompt, ids, output in _continuations(model, tokenizer, prompts, config, eos_ids, seed)]
+
+
+def save_answers(path: Path, answers: list, key: dict) -> None:
+    """Keep the decoded answers (most of the data time) so a rerun after a crash starts from them."""
+    partial = path.with_name(path.name + ".partial")
+    torch.save({"version": DATA_VERSION, "key": key, "answers": answers}, partial)
+    partial.replace(path)
+
+
+def load_answers(path: Path, key: dict) -> list | None:
+    if not path.is_file():
+        return None
+    stored = torch.load(path, weights_only=True)
+    return stored["answers"] if stored.get("version") == DATA_VERSION and stored.get("key") == key else None
+
+
+def score_answers(model, answers: list[tuple[str, list[int], list[int]]], config: DataConfig) -> list[TrainingSequence]:
+    """The target's top-k log-probabilities over every prompt + answer text."""
     sequences = []
-    triples = _continuations(model, tokenizer, prompts, config, eos_ids, seed)
-    for prompt, prompt_ids, output in tqdm(triples, desc="distill: target logits", unit="text"):
-        token_ids = (prompt_ids + output)[-config.max_length:]
+    for prompt_id, prompt_ids, output in tqdm(answers, desc="distill: target logits", unit="text"):
+        token_ids = (list(prompt_ids) + list(output))[-config.max_length:]
         prompt_length = max(0, len(token_ids) - len(output))
         indices, logprobs = target_top_logprobs(model, token_ids, config.top_k)
-        sequences.append(TrainingSequence(prompt.prompt_id, torch.tensor(token_ids), prompt_length, indices, logprobs))
+        sequences.append(TrainingSequence(str(prompt_id), torch.tensor(token_ids), prompt_length, indices, logprobs))
     return sequences
 
 

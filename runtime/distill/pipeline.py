@@ -20,7 +20,7 @@ from specplan.errors import SpecplanError
 from specplan.prompts import drafter_training_prompts, spec_bench_split, stratified
 from specplan.runtime.build import eos_ids
 from specplan.runtime.distill.config import DistillConfig
-from specplan.runtime.distill.data import build_sequences, load_sequences, save_sequences
+from specplan.runtime.distill.data import decode_answers, load_answers, load_sequences, save_answers, save_sequences, score_answers
 from specplan.runtime.distill.evaluate import DrafterScore, load_or_make_outputs, score, target_t1
 from specplan.runtime.distill.init import build_drafter, default_layers
 from specplan.runtime.distill.manifest import write_manifest
@@ -57,10 +57,14 @@ def training_data(target: LoadedModel, config: DistillConfig, cache: Path):
            "data": dataclasses.asdict(config.data), "seed": config.train.seed}
     sequences = load_sequences(cache / "data.pt", key)
     if sequences is None:
-        extra = self_written_prompts(target.model, target.tokenizer, config.data.self_prompts, config.train.seed, eos_ids(target),
-                                     batch_size=config.data.batch_size)
-        sequences = build_sequences(target.model, target.tokenizer, prompts + extra, config.data, eos_ids(target),
-                                    config.train.seed)
+        answers = load_answers(cache / "answers.pt", key)
+        if answers is None:
+            extra = self_written_prompts(target.model, target.tokenizer, config.data.self_prompts, config.train.seed,
+                                         eos_ids(target), batch_size=config.data.batch_size)
+            answers = decode_answers(target.model, target.tokenizer, prompts + extra, config.data, eos_ids(target),
+                                     config.train.seed)
+            save_answers(cache / "answers.pt", answers, key)
+        sequences = score_answers(target.model, answers, config.data)
         save_sequences(cache / "data.pt", sequences, key)
     return prompts, sequences
 

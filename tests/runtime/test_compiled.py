@@ -90,3 +90,40 @@ def test_compiled_engine_is_token_identical_to_plain(target, shape, monkeypatch)
     assert engine.target.compiled
     for prompt in PROMPTS:
         assert list(engine.generate(prompt, 24, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 24)
+
+
+def test_compiled_steps_keep_a_heads_features_aligned(target):
+    """Compiled forwards return the hidden states too: after extend, keep and rewind the
+    session's features equal a fresh forward's, and the steps did run compiled."""
+    from tests.runtime.test_head_drafter import true_features
+
+    session = ModelSession(target, CPU, cache="static", compiled=True)
+    session.keep_features = True
+    session.extend([1, 5, 9, 5, 9])  # the prefill allocates the buffers eagerly
+    calls = session.step.calls
+    session.extend([3, 4])
+    past = len(session.cached)
+    tree = DraftTree((-1, 0, 0, 1, 2), torch.tensor([9, 12, 13, 14, 15]))
+    session.extend(tree.token_list, tree=tree)
+    session.keep(past, [0, 2, 4])
+    assert session.step.calls == calls + 2
+    torch.testing.assert_close(session.features, true_features(target, session.cached), atol=1e-4, rtol=1e-4)
+    session.rewind_to([1, 5, 9, 5, 9, 3, 8])
+    session.extend([8])
+    assert len(session.features) == len(session.cached) == 7
+    torch.testing.assert_close(session.features, true_features(target, session.cached), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [dict(gamma=4), dict(tree=TreeShape(budget=10, depth=4))], ids=["chain", "dynamic-tree"])
+def test_a_head_over_a_compiled_verifier_drafts_exactly_and_is_greedy_identical(target, shape, monkeypatch):
+    from tests.runtime.test_head_drafter import CheckedHead, tiny_head
+
+    monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
+    engine = SpeculativeEngine(target, CPU, set(), CheckedHead("head", tiny_head(target), CPU), **shape)
+    assert engine.target.compiled
+    before = CheckedHead.checked
+    for prompt in PROMPTS:
+        assert list(engine.generate(prompt, 20, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 20)
+    assert engine.target.step.calls > 0
+    if "gamma" in shape:
+        assert CheckedHead.checked > before  # chain proposals were compared with a from-scratch head

@@ -315,3 +315,39 @@ def test_distill_default_model_end_to_end(tmp_path):
     plain = SpeculativeEngine(target.model, CPU, eos_ids(target)).generate(prompt, 16, SamplingConfig())
     speculative = SpeculativeEngine(target.model, CPU, eos_ids(target), drafter, 3).generate(prompt, 16, SamplingConfig())
     assert speculative.token_ids == plain.token_ids
+
+
+def test_chunked_top_logprobs_equal_one_full_softmax():
+    target = four_layer_llama(tied=True)
+    token_ids = [int(t) for t in torch.randint(0, target.config.vocab_size, (23,))]
+    indices, values = target_top_logprobs(target, token_ids, 5, rows=4)
+    with torch.no_grad():
+        logits = target(input_ids=torch.tensor([token_ids])).logits[0, :-1].float()
+    full = torch.topk(torch.log_softmax(logits, dim=-1), 5, dim=-1)
+    assert indices.shape == (22, 5)
+    assert torch.equal(indices.long(), full.indices)
+    torch.testing.assert_close(values, full.values, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_batches_bound_count_and_tokens():
+    from specplan.runtime.distill.data import decode_batches
+
+    lengths = [10, 500, 20, 30, 400, 15, 700, 25]
+    batches = decode_batches(lengths, batch_size=3, token_budget=1000)
+    assert sorted(index for batch in batches for index in batch) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) <= 3 and (len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 1000)
+    assert [lengths[i] for i in batches[0]] == [10, 15, 20]  # shortest first, similar lengths together
+    assert [6] in batches  # a 700-token prompt decodes alone
+
+
+def test_a_rerun_after_a_crash_reuses_the_decoded_answers(distilled, tiny_model_dir, monkeypatch):
+    """The answers are saved before the logits pass: a rerun does not decode again."""
+    from specplan.runtime.distill import pipeline
+    from specplan.runtime.models import load_model
+
+    output, _ = distilled
+    (output / "distill-cache" / "data.pt").unlink()
+    monkeypatch.setattr(pipeline, "decode_answers", lambda *args, **kwargs: pytest.fail("decoded again"))
+    prompts, sequences = pipeline.training_data(load_model(tiny_model_dir, "float32"), tiny_config(), output / "distill-cache")
+    assert len(sequences) == len(prompts) and (output / "distill-cache" / "data.pt").is_file()
