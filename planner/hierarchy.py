@@ -125,6 +125,29 @@ def solve_hierarchy(costs: CostModel, max_stages: int) -> HierarchySolution:
     return HierarchySolution(tuple(values), tuple(choices))
 
 
+def solve_exact_stages(costs: CostModel, max_stages: int) -> HierarchySolution:
+    """The HSD DP (arXiv 2510.19705) with *exactly* s stages: ``values[s][i]`` is the best chain of
+    model i that uses s stages (inf when none exists), so ``plan --stages s`` can ask for a
+    hierarchy even where a shorter chain is faster. Only a model drafter's sequence stage can sit
+    on top of a sub-hierarchy, so for s > 1 the top stage is a sequence from a model drafter."""
+    values = [{m: costs.latency[m](1) for m in costs.models}]
+    choices = [{m: Choice("alone") for m in costs.models}]
+    for stages in range(1, max_stages + 1):
+        level_values = {m: math.inf for m in costs.models}
+        level_choices = {m: Choice("alone") for m in costs.models}
+        for verifier in costs.models:
+            for choice in stage_choices(costs, verifier, stages - 1):
+                stacked = choice.kind == "sequence" and choice.drafter in costs.latency
+                if stages > 1 and not stacked:
+                    continue
+                cost = stage_cost(costs, values[stages - 1], verifier, choice).ms_per_token
+                if cost < level_values[verifier]:
+                    level_values[verifier], level_choices[verifier] = cost, choice
+        values.append(level_values)
+        choices.append(level_choices)
+    return HierarchySolution(tuple(values), tuple(choices))
+
+
 def chain_for(costs: CostModel, solution: HierarchySolution, model: str, stages: int | None = None,
               top: Choice | None = None) -> tuple[StageCost, ...]:
     """The argmin chain of ``model`` with at most ``stages`` stages, bottom to top.

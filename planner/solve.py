@@ -18,7 +18,7 @@ from specplan.plan import Alternative, Plan, Prediction, Stage
 from specplan.profile import Profile
 
 from .costs import CostModel, build_cost_model
-from .hierarchy import HierarchySolution, StageCost, chain_for, solve_hierarchy, stage_choices
+from .hierarchy import HierarchySolution, StageCost, chain_for, solve_exact_stages, solve_hierarchy, stage_choices
 from .lp import solve_lp
 from .options import PlanOptions
 from .simulate import SimulationResult, simulate_plan
@@ -97,7 +97,8 @@ def _candidate(costs: CostModel, chain: tuple[StageCost, ...]) -> Candidate:
 
 
 def candidates(costs: CostModel, solution: HierarchySolution, max_stages: int) -> tuple[Candidate, ...]:
-    """Plain decoding and every top stage of the target over its drafter's best sub-hierarchy.
+    """Plain decoding, every top stage of the target over its drafter's best sub-hierarchy, and
+    the best chain of every length from 2 stages up (so a hierarchy is listed even when it loses).
 
     Sorted by ms per token, then fewer stages, then summary; infinite costs are left out. The
     first row's ms per token equals the DP's L*(target).
@@ -106,7 +107,12 @@ def candidates(costs: CostModel, solution: HierarchySolution, max_stages: int) -
     if max_stages >= 1:
         for choice in stage_choices(costs, costs.target, max_stages - 1):
             rows.append(_candidate(costs, chain_for(costs, solution, costs.target, max_stages, top=choice)))
+    exact = solve_exact_stages(costs, max_stages)
+    for stages in range(2, max_stages + 1):  # the best chain of each length, even where a shorter one wins
+        if math.isfinite(exact.values[stages][costs.target]):
+            rows.append(_candidate(costs, chain_for(costs, exact, costs.target, stages)))
     rows = [row for row in rows if math.isfinite(row.ms_per_token)]
+    rows = list({row.summary: row for row in rows}.values())
     return tuple(sorted(rows, key=lambda row: (row.ms_per_token, len(row.stages), row.summary)))
 
 

@@ -149,3 +149,25 @@ def test_tree_to_sequence_wins_when_the_target_is_wide_expensive():
     assert kinds == [("small", "middle", "tree"), ("middle", "target-nf4", "sequence")]
     assert math.isclose(result.plan.predicted.ms_per_token, brute_force(profile, PlanOptions(max_budget=32, max_depth=6))[0],
                         rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("case", [case for case in CASES if case[2] >= 2],
+                         ids=lambda case: f"{case[0]}m{case[1]}r{case[2]}s-{'+'.join(case[3])}")
+def test_best_chain_of_each_length_equals_brute_force(case, seed):
+    """The candidates list the best chain of every length (what ``plan --stages s`` picks), even
+    when a shorter chain is faster overall."""
+    models, retrieval, max_stages, shapes, density = case
+    rng = np.random.default_rng(seed * 7 + models)
+    profile = with_histograms(random_profile(rng, models, retrieval, rank_width=3, pair_density=density), rng)
+    options = PlanOptions(max_budget=10, max_depth=4, gammas=(1, 2, 3, 5), shapes=shapes, max_stages=max_stages)
+    result = solve(profile, options)
+    for length in range(2, max_stages + 1):
+        costs = [reference_chain_cost(profile, chain) for chain in every_chain(profile, options) if len(chain) == length]
+        listed = [row for row in result.candidates if len(row.stages) == length]
+        if not costs:
+            assert not listed
+            continue
+        best = min(listed, key=lambda row: row.ms_per_token)
+        assert best.ms_per_token == pytest.approx(min(costs), rel=1e-9)
+        assert reference_chain_cost(profile, best.stages) == pytest.approx(min(costs), rel=1e-9)
