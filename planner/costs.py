@@ -3,7 +3,8 @@
 For every model: its latency table T(n). For every retrieval drafter: ms per call. For every
 (drafter, verifier) pair the search may use: E(gamma) for each gamma (histogram or alpha,
 arXiv 2211.17192) and, when trees are allowed, the hardware-aware Sequoia tree (arXiv
-2402.12374). Missing data skips the candidates that need it, with a message naming it.
+2402.12374), or its prune-then-graft version with a retrieval drafter's tokens when that is
+cheaper (Graft, arXiv 2605.20104). Missing data skips the candidates that need it, with a message naming it.
 
 Models are ordered by T(1) (then the target after a drafter of equal cost, then id): model j
 may draft for model i only if j comes before i. Models after the target are never used.
@@ -12,14 +13,14 @@ may draft for model i only if j comes before i. Models after the target are neve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specplan.profile import AcceptanceEntry, Profile
 
 from .latency import LatencyTable, latency_table
 from .options import PlanOptions
 from .sequence import expected_accepted
-from .tree_dp import TreeChoice, choose_tree
+from .tree_dp import TreeChoice, choose_graft_tree, choose_tree
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,33 @@ def _tree(model: CostModel, entry: AcceptanceEntry, options: PlanOptions, messag
     )
 
 
+def _graft(model: CostModel, profile: Profile, drafter: str, verifier: str, options: PlanOptions,
+           plain: TreeChoice | None) -> TreeChoice | None:
+    """The best of the model tree ``plain`` and its prune-then-graft trees (Graft, arXiv 2605.20104).
+
+    A retrieval drafter r grafts into ``drafter``'s tree when the profile measured r's
+    ``retrieval_rank_accept`` against ``verifier`` with ``drafter``'s siblings present
+    (``calibration.graft_siblings``). Per round the drafter forwards the whole shape at each
+    depth and r is called once per depth (a conservative count; r costs ~0.05 ms).
+    """
+    if plain is None or profile.calibration.get("graft_siblings") != drafter or drafter in model.call_ms:
+        return plain
+    own = profile.acceptance_for(drafter, verifier, options.temperature)
+    best = plain
+    for retrieval in model.retrieval:
+        entry = profile.acceptance_for(retrieval, verifier, options.temperature)
+        if own is None or entry is None or not entry.retrieval_rank_accept:
+            continue
+        choice = choose_graft_tree(
+            own.rank_accept, entry.retrieval_rank_accept,
+            lambda width, r=retrieval: model.draft_call(drafter, width) + model.call_ms[r],
+            model.latency[verifier], options.max_budget, options.max_depth,
+        )
+        if choice is not None and choice.ms_per_token < best.ms_per_token:
+            best = replace(choice, graft=retrieval)
+    return best
+
+
 def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
     """Gather latency tables, E(gamma) and trees for every pair the search may use.
 
@@ -115,7 +143,7 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
             if "sequence" in options.shapes:
                 model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in options.gammas}
             if "tree" in options.shapes:
-                tree = _tree(model, entry, options, messages)
+                tree = _graft(model, profile, drafter, verifier, options, _tree(model, entry, options, messages))
                 if tree is not None and math.isfinite(tree.ms_per_token):
                     model.trees[drafter, verifier] = tree
     return CostModel(target, models, retrieval, tables, call_ms, model.accepted, model.trees, tuple(messages))

@@ -73,7 +73,8 @@ def stage_cost(costs: CostModel, values_below: dict[str, float], verifier: str, 
     """Per-round costs of the stage ``choice`` verified by ``verifier`` (drafters at ``values_below``)."""
     if choice.kind == "tree":
         tree = costs.trees[choice.drafter, verifier]
-        shape = StageShape("tree", budget=tree.budget, depth=tree.depth, parents=tree.tree.parents)
+        shape = StageShape("tree", budget=tree.budget, depth=tree.depth, parents=tree.tree.parents,
+                           graft=tree.graft, graft_budget=tree.graft_budget)
         stage = Stage(choice.drafter, verifier, shape)
         return StageCost(stage, tree.draft_ms, tree.verify_ms, tree.tree.value, tree.ms_per_token)
     gamma = choice.gamma

@@ -5,7 +5,8 @@ over a warm KV cache of ``context`` tokens (planner-math.md, Vocabulary). Betwee
 widths T is piecewise linear. Beyond the largest profiled width it is extrapolated linearly
 from the last two points, and the result says so (``extrapolated``); more than twice the
 largest profiled width is refused (``inf``), so the solver never chooses a shape whose cost
-was not measured nearly.
+was not measured nearly. A model profiled with the compiled runtime pays for the bucket its
+forward is padded to, so its T is a step function over the profiled widths.
 
 References
 ----------
@@ -110,10 +111,35 @@ class LatencyTable:
         return n >= self.extrapolated_from
 
 
+def padded(curve: LatencyCurve, n: int) -> LatencyPoint:
+    """T(n) of a runtime that pads a forward to the next profiled width (its compiled graphs'
+    buckets, ``runtime/compiled.py``; vLLM and TensorRT-LLM pad to captured batch sizes the same
+    way): a step function inside the profiled range, :func:`interpolate` beyond it (eager there).
+
+    >>> curve = LatencyCurve(context=256, n=(1, 2, 4, 8), ms=(10.0, 11.0, 13.0, 16.0))
+    >>> padded(curve, 5)
+    LatencyPoint(ms=16.0, extrapolated=False)
+    """
+    index = bisect.bisect_left(curve.n, n)
+    if n < 1 or index == len(curve.n):
+        return interpolate(curve, n)
+    return LatencyPoint(float(curve.ms[index]))
+
+
+def pads_to_buckets(model: ModelEntry) -> bool:
+    """Whether the model's forwards run as compiled, width-bucketed graphs (a draft head is
+    always eager, whatever runtime profiled it)."""
+    return model.mode == "compiled" and not model.source.startswith("head:")
+
+
 def latency_table(model: ModelEntry, context: int | None, max_n: int) -> LatencyTable | None:
-    """Precompute T(1..max_n) for a model from its nearest curve; None without a curve."""
+    """Precompute T(1..max_n) for a model from its nearest curve; None without a curve.
+
+    A compiled model's T is a step function (:func:`padded`): a 5-node tree costs a forward of 8.
+    """
     curve = nearest_curve(model, context)
     if curve is None:
         return None
-    ms = (math.nan,) + tuple(interpolate(curve, n).ms for n in range(1, max_n + 1))
+    point = padded if pads_to_buckets(model) else interpolate
+    ms = (math.nan,) + tuple(point(curve, n).ms for n in range(1, max_n + 1))
     return LatencyTable(model.id, curve.context, ms, curve.n[-1] + 1)

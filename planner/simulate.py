@@ -32,7 +32,7 @@ from specplan.profile import Profile
 
 from .latency import latency_table
 from .sequence import expected_accepted_from_histogram, expected_accepted_length
-from .tree_dp import tree_shape, tree_value
+from .tree_dp import graft_accept, graft_model_width, tree_shape, tree_value
 
 OVERSHOOT_RULES = ("trim", "verify")
 
@@ -228,7 +228,7 @@ def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tup
 
     Sequence stages sample the accepted length from the entry's histogram when it covers the
     drafted length (as the planner's E does), else Bernoulli(alpha); trees use the rank acceptance
-    (``retrieval_rank_accept`` for a retrieval drafter when measured).
+    (with a graft, the extended vector of the drafter's and the retrieval drafter's ranks).
 
     Raises
     ------
@@ -245,18 +245,36 @@ def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tup
         table = latency_table(verifier, context, max_n) if verifier is not None else None
         if entry is None or table is None:
             raise PlanError(f"profile lacks acceptance or latency for {stage.drafter} -> {stage.verifier}; re-profile")
-        accept = entry.rank_accept
-        retrieval = profile.retrieval_entry(stage.drafter)
-        if retrieval is not None and entry.retrieval_rank_accept:
-            accept = entry.retrieval_rank_accept
         shape = stage.shape
+        accept = _rank_accept(profile, stage, entry.rank_accept, plan.temperature)
         width = tree_shape(shape.parents)[1] if shape.kind == "tree" else 1
         result.append(SimStage(
             kind=shape.kind, verify_ms=table.ms, gamma=shape.gamma, alpha=entry.alpha,
             parents=shape.parents, rank_accept=tuple(accept), accepted_hist=tuple(entry.accepted_hist),
-            draft_ms=_draft_call_ms(profile, stage.drafter, width, context) if index == 0 else 0.0,
+            draft_ms=_stage_draft_ms(profile, stage, width, context) if index == 0 else 0.0,
         ))
     return tuple(result)
+
+
+def _rank_accept(profile: Profile, stage, rank_accept: tuple[float, ...], temperature: float) -> tuple[float, ...]:
+    """The drafter's own rank vector, or for a graft stage the extended vector [p_1..p_B, r_1..r_R]
+    with B read off the tree (planner-math.md section 3; Graft, arXiv 2605.20104)."""
+    shape = stage.shape
+    if not shape.graft or not shape.parents:
+        return tuple(rank_accept)
+    entry = profile.acceptance_for(shape.graft, stage.verifier, temperature)
+    if entry is None or not entry.retrieval_rank_accept:
+        raise PlanError(f"profile lacks the graft acceptance of {shape.graft} -> {stage.verifier}; re-profile")
+    width = graft_model_width(shape.parents, shape.graft_budget)
+    return graft_accept(rank_accept, entry.retrieval_rank_accept, width)
+
+
+def _stage_draft_ms(profile: Profile, stage, width: int, context: int | None) -> float:
+    """One draft call of the bottom stage (plus its graft's retrieval call, as the planner counts it)."""
+    ms = _draft_call_ms(profile, stage.drafter, width, context)
+    if stage.shape.graft:
+        ms += _draft_call_ms(profile, stage.shape.graft, 1, context)
+    return ms
 
 
 def _draft_call_ms(profile: Profile, drafter: str, width: int, context: int | None) -> float:

@@ -69,7 +69,8 @@ def summarize(stages: tuple[Stage, ...], target: str) -> str:
             parts.append(f"{stage.drafter} -> {stage.verifier} (sequence gamma {shape.gamma})")
         else:
             size = len(shape.parents) or shape.budget
-            parts.append(f"{stage.drafter} -> {stage.verifier} (tree {size} nodes depth {shape.depth})")
+            graft = f", {shape.graft_budget} grafted from {shape.graft}" if shape.graft else ""
+            parts.append(f"{stage.drafter} -> {stage.verifier} (tree {size} nodes depth {shape.depth}{graft})")
     return "; ".join(parts)
 
 

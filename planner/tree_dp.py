@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -232,6 +232,8 @@ class TreeChoice:
     draft_ms: float  # depth * t_draft(width)
     verify_ms: float  # T_v(budget)
     ms_per_token: float
+    graft: str = ""  # a retrieval drafter whose tokens fill ``graft_budget`` of the nodes (Graft)
+    graft_budget: int = 0
 
 
 def choose_tree(
@@ -322,3 +324,56 @@ def graft_tree(
     width = len(rank_accept)
     retrieved = sum(1 for node, rank in enumerate(tree.ranks) if node > 0 and rank >= width)
     return GraftTree(tree, width, retrieved)
+
+
+def graft_model_width(parents: Sequence[int], graft_budget: int) -> int:
+    """The model's width B of a graft tree: the rank from which siblings are retrieved.
+
+    Children of a node hold consecutive ranks from 0, so the count of nodes with rank >= B
+    falls strictly as B grows until it reaches 0: exactly one B leaves ``graft_budget`` nodes.
+
+    >>> graft_model_width([-1, 0, 0, 0, 1], 1)
+    2
+    """
+    ranks = sibling_ranks(parents)[1:]
+    for width in range(max(ranks, default=0) + 1, 0, -1):
+        if sum(1 for rank in ranks if rank >= width) == graft_budget:
+            return width
+    raise ValueError(f"no model width leaves {graft_budget} retrieved nodes in tree {tuple(parents)}")
+
+
+def graft_accept(rank_accept: Sequence[float], retrieval_rank_accept: Sequence[float], width: int) -> tuple[float, ...]:
+    """The extended rank vector [p_1..p_B, r_1..r_R] of a graft tree whose model keeps B = ``width``
+    children per node (planner-math.md section 3; Graft, arXiv 2605.20104).
+
+    >>> graft_accept([0.5, 0.2, 0.1], [0.3], 1)
+    (0.5, 0.3)
+    """
+    return tuple(rank_accept[:width]) + tuple(retrieval_rank_accept)
+
+
+def choose_graft_tree(
+    rank_accept: Sequence[float],
+    retrieval_rank_accept: Sequence[float],
+    draft_ms: Callable[[int], float],
+    verify_ms: Callable[[int], float],
+    max_budget: int,
+    max_depth: int,
+) -> TreeChoice | None:
+    """The cheapest prune-then-graft tree over every model width B (Graft, arXiv 2605.20104).
+
+    For each B, :func:`choose_tree` on :func:`graft_accept` (the DP is unchanged, section 3);
+    ``draft_ms`` must include the retrieval call. Trees with no retrieved node are left out
+    (they are plain model trees). ``graft_budget`` of the result is its retrieved node count;
+    ``graft`` is left for the caller to name.
+    """
+    best: TreeChoice | None = None
+    for width in range(1, len(rank_accept) + 1):
+        choice = choose_tree(graft_accept(rank_accept, retrieval_rank_accept, width), draft_ms, verify_ms,
+                             max_budget, max_depth)
+        if choice is None:
+            continue
+        retrieved = sum(1 for rank in choice.tree.ranks[1:] if rank >= width)
+        if retrieved and (best is None or choice.ms_per_token < best.ms_per_token):
+            best = replace(choice, graft_budget=retrieved)
+    return best

@@ -153,6 +153,16 @@ def reference_accepted(entry: AcceptanceEntry, gamma: int) -> float:
     return leviathan(gamma, entry.alpha)
 
 
+def reference_ranks(parents: tuple[int, ...]) -> list[int]:
+    """Each node's 0-based rank among its siblings (root: 0)."""
+    seen: dict[int, int] = {}
+    ranks = [0]
+    for parent in parents[1:]:
+        ranks.append(seen.get(parent, 0))
+        seen[parent] = ranks[-1] + 1
+    return ranks
+
+
 def reference_tree_value(parents: tuple[int, ...], accept: tuple[float, ...]) -> float:
     """F of a parent array: sum over nodes of the product of rank acceptances on the path."""
     seen: dict[int, int] = {}
@@ -180,15 +190,21 @@ def reference_chain_cost(profile: Profile, stages, temperature: float = 0.0) -> 
         if stage.shape.kind == "tree":
             assert index == 0, "a tree can only be the bottom stage"
             parents = stage.shape.parents
-            accept = entry.retrieval_rank_accept or entry.rank_accept
-            if profile.retrieval_entry(stage.drafter) is None:
-                accept = entry.rank_accept
+            accept = entry.rank_accept
+            call = 0.0
+            if stage.shape.graft:  # [p_1..p_B, r_1..r_R], B = the ranks the model keeps
+                retrieved = profile.acceptance_for(stage.shape.graft, stage.verifier, temperature)
+                ranks = reference_ranks(parents)
+                model_width = next(b for b in range(1, max(ranks) + 1)
+                                   if sum(rank >= b for rank in ranks[1:]) == stage.shape.graft_budget)
+                accept = tuple(accept[:model_width]) + tuple(retrieved.retrieval_rank_accept)
+                call = reference_draft_call(profile, stage.shape.graft, 1)
             levels = [0]
             for parent in parents[1:]:
                 levels.append(levels[parent] + 1)
             expanded = [levels[p] for p in set(parents[1:])]
             width = max(expanded.count(level) for level in set(expanded))
-            draft = max(levels) * reference_draft_call(profile, stage.drafter, width)
+            draft = max(levels) * (reference_draft_call(profile, stage.drafter, width) + call)
             level = (draft + verify(len(parents))) / reference_tree_value(parents, accept)
             continue
         gamma = stage.shape.gamma

@@ -19,7 +19,7 @@ def tree_stage(profile, drafter, verifier, options):
     """The Sequoia tree of a pair (its own brute-force test is in test_tree_dp.py)."""
     entry = profile.acceptance_for(drafter, verifier, options.temperature)
     store = profile.retrieval_entry(drafter)
-    accept = (entry.retrieval_rank_accept or entry.rank_accept) if store else entry.rank_accept
+    accept = entry.rank_accept  # retrieval_rank_accept is for grafts (test_graft_planning.py)
     call = (lambda width: store.ms_per_call) if store else (lambda width: plain_latency(profile, drafter, width))
     choice = choose_tree(accept, call, lambda n: plain_latency(profile, verifier, n), options.max_budget,
                          options.max_depth)

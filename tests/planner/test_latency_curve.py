@@ -47,3 +47,36 @@ def test_table_marks_extrapolation():
     table = latency_table(ModelEntry("m", "model:m", "fp", latency=(CURVE,)), 256, 40)
     assert table(6) == pytest.approx(12.0) and table(40) == math.inf and table(100) == math.inf
     assert not table.is_extrapolated(16) and table.is_extrapolated(17)
+
+
+def test_a_compiled_model_pays_for_the_bucket_its_forward_is_padded_to():
+    """runtime/compiled.py pads n new tokens to the next bucket (the profiled widths)."""
+    compiled = ModelEntry("target", "default", "fp", role="target", mode="compiled", latency=(CURVE,))
+    table = latency_table(compiled, 256, 40)
+    assert [table(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [10.0, 10.5, 11.0, 11.0, 13.0, 13.0, 17.0, 17.0]
+    assert table(17) == pytest.approx(17.5) and table.is_extrapolated(17)  # eager beyond the largest bucket
+    eager = latency_table(ModelEntry("target", "default", "fp", role="target", latency=(CURVE,)), 256, 40)
+    assert eager(5) == pytest.approx(11.5)
+    head = ModelEntry("head-h", "head:h", "", mode="compiled", latency=(CURVE,))  # a head always runs eagerly
+    assert latency_table(head, 256, 40)(5) == pytest.approx(11.5)
+
+
+def test_the_planner_does_not_pay_for_a_bucket_and_leave_it_half_empty():
+    """With a compiled target, a 5..7-node tree costs a forward of 8, so the tree DP takes 8 nodes
+    (more nodes never lower F) or falls back to 4, where eagerly interpolated costs allow 5..7."""
+    import warnings
+
+    from specplan.planner import PlanOptions, solve_plan
+    from specplan.profile import AcceptanceEntry, DeviceInfo, Profile, RetrievalEntry
+
+    curve = LatencyCurve(256, (1, 2, 4, 8, 16), (20.0, 20.2, 20.4, 23.0, 28.0))
+    budgets = {}
+    for mode in ("eager", "compiled"):
+        target = ModelEntry("target", "default", "fp", role="target", mode=mode, latency=(curve,))
+        entry = AcceptanceEntry("ngram", "target", 0.0, 0.4, 8, rank_accept=(0.4, 0.12, 0.05, 0.02))
+        profile = Profile(DeviceInfo("cpu", "test", "cpu"), (target,), (entry,), (RetrievalEntry("ngram", "ngram:3", 0.05),))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plan = solve_plan(profile, PlanOptions(max_budget=16, max_depth=6, shapes=("tree",), max_stages=1)).plan
+        budgets[mode] = len(plan.stages[0].shape.parents)
+    assert budgets["compiled"] in (1, 2, 4, 8, 16) and budgets["eager"] not in (1, 2, 4, 8, 16)

@@ -114,12 +114,20 @@ def test_compiled_steps_keep_a_heads_features_aligned(target):
     torch.testing.assert_close(session.features, true_features(target, session.cached), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("shape", [dict(gamma=4), dict(tree=TreeShape(budget=10, depth=4))], ids=["chain", "dynamic-tree"])
+@pytest.mark.parametrize("shape", [dict(gamma=4), dict(tree=TreeShape(budget=10, depth=4)),
+                                   dict(tree=TreeShape(parents=(-1, 0, 0, 0, 1, 1)), graft=2)],
+                         ids=["chain", "dynamic-tree", "static-tree-grafted"])
 def test_a_head_over_a_compiled_verifier_drafts_exactly_and_is_greedy_identical(target, shape, monkeypatch):
+    from specplan.runtime.drafters.graft import GraftDrafter
+    from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
     from tests.runtime.test_head_drafter import CheckedHead, tiny_head
 
     monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
-    engine = SpeculativeEngine(target, CPU, set(), CheckedHead("head", tiny_head(target), CPU), **shape)
+    shape = dict(shape)
+    drafter = CheckedHead("head", tiny_head(target), CPU)
+    if "graft" in shape:  # a plan's head tree with ngram tokens grafted in (Graft, arXiv 2605.20104)
+        drafter = GraftDrafter(drafter, NgramTreeDrafter(2), shape.pop("graft"))
+    engine = SpeculativeEngine(target, CPU, set(), drafter, **shape)
     assert engine.target.compiled
     before = CheckedHead.checked
     for prompt in PROMPTS:
