@@ -28,7 +28,7 @@ from specplan.runtime.drafters.head_model import load_head, save_head
 from specplan.runtime.models import DTYPES, load_model
 from specplan.runtime.profiler.acceptance import AcceptanceCounter
 from specplan.runtime.profiler.head_acceptance import replay_head
-from specplan.runtime.profiler.latency import measure_latency
+from specplan.runtime.profiler.latency import measure_head_latency
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ def score_head(directory: Path, target, pairs, config: DistillConfig, device: to
     counter = AcceptanceCounter(config.evaluation.gamma, config.evaluation.width)
     for prompt_ids, output_ids in pairs:
         replay_head(counter, drafter, target.model, prompt_ids, output_ids, device)
-    t1 = measure_latency(head, device, context_ids(pairs, config.evaluation.context), (1,), config.evaluation.repeats,
-                         cache="dynamic", compiled=False).ms[0]
+    t1 = measure_head_latency(head, device, context_ids(pairs, config.evaluation.context), (1,),
+                              config.evaluation.repeats).ms[0]  # as the profiler times a head
     top1 = counter.rank_accept[0] if counter.rank_accept else 0.0
     return DrafterScore("head", counter.alpha, top1, counter.rank_accept, tuple(counter.hist), t1)
 

@@ -35,7 +35,7 @@ from specplan.runtime.modes import profile_mode
 from specplan.runtime.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.profiler.device import describe_device
 from specplan.runtime.profiler.head_acceptance import replay_head
-from specplan.runtime.profiler.latency import WIDTHS, measure_latency
+from specplan.runtime.profiler.latency import WIDTHS, measure_head_latency, measure_latency
 from specplan.runtime.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
 from specplan.yamlio import read_document
 
@@ -187,8 +187,10 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     curves = {}
     with tqdm(total=len(networks) * len(WIDTHS), desc="latency T(n)", unit="curve point") as bar:
         for model_id, network in networks:
-            options = {"cache": "dynamic", "compiled": False} if isinstance(network, DraftHead) else {}
-            curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update, **options)
+            if isinstance(network, DraftHead):  # timed as the drafter calls it (session, forward, top-k)
+                curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update)
+            else:
+                curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update)
     pairs = _target_outputs(target, prompts, device, settings)
     models = [ModelEntry(mode=profile_mode(), id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(curves["target"],), shape=shape_of_network(target.model))]

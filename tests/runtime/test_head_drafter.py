@@ -173,3 +173,25 @@ def test_a_saved_head_loads_with_the_same_drafts(tmp_path):
     other.config.hidden_size = 64
     with pytest.raises(Exception, match="hidden_size"):
         load_head(tmp_path / "head", other, torch.float32, CPU)
+
+
+def test_head_latency_times_the_drafters_own_call_and_leaves_the_cache_as_it_was(monkeypatch):
+    """The profiler times a head as the drafter calls it (HeadSession.extend_with + top-k per row)."""
+    from specplan.runtime.drafters.head import HeadSession
+    from specplan.runtime.profiler.latency import measure_head_latency
+
+    head = tiny_head(tiny_llama("sdpa", seed=0))
+    calls, lengths = [], []
+    original = HeadSession.extend_with
+
+    def counted(self, tokens, features, tree=None):
+        calls.append(len(tokens))
+        assert features.shape == (len(tokens), head.config.hidden_size)
+        lengths.append(len(self.cached))
+        return original(self, tokens, features, tree)
+
+    monkeypatch.setattr(HeadSession, "extend_with", counted)
+    curve = measure_head_latency(head, CPU, list(range(3, 40)), widths=(1, 4), repeats=2)
+    assert curve.n == (1, 4) and curve.context == 37 and all(ms > 0 for ms in curve.ms)
+    assert calls == [36] + [1, 4] * 3  # the context once, then a warm-up pass and two timed passes
+    assert set(lengths[1:]) == {36}  # every timed call starts from the context alone
