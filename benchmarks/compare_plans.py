@@ -5,7 +5,7 @@ distilled drafter vs the training-free ones). Spec-Bench evaluation prompts, int
 prompt by prompt.
 
 Every plan is solved from the same profile (the planner's prediction is printed beside the
-measurement) and executed by ``runtime/build.py`` exactly as ``specplan run`` would. The
+measurement; ``decode tok/s`` leaves out the prompt's prefill, as the prediction does) and executed by ``runtime/build.py`` exactly as ``specplan run`` would. The
 reference is the runtime's own plain decoding of the same (e.g. 4-bit) target: in float32
 every method's output must be token-identical to it.
 
@@ -86,12 +86,21 @@ def summarize(rows, methods, predicted) -> list[dict]:
         tokens = sum(row.measurement.new_tokens for row in mine)
         seconds = sum(row.measurement.seconds for row in mine)
         forwards = sum(row.measurement.target_forwards for row in mine)
+        decode = [row.measurement.decode_seconds for row in mine]
+        decode_rate = round(tokens / sum(decode), 2) if all(decode) else None  # after the prefill, as predicted
+        split = {}  # ms per target forward, beside the planner's draft_ms and verify_ms
+        for name, attribute in (("draft_ms_per_forward", "draft_seconds"), ("verify_ms_per_forward", "verify_forward_seconds")):
+            values = [getattr(row.measurement, attribute) for row in mine]
+            if all(value is not None for value in values) and forwards:
+                split[name] = round(1000 * sum(values) / forwards, 3)
         table.append({
             "method": method.name, "configuration": method.description,
-            "tokens_per_s": round(tokens / seconds, 2), "predicted_tokens_per_s": round(predicted.get(method.name, 0.0), 2),
+            "tokens_per_s": round(tokens / seconds, 2), "decode_tokens_per_s": decode_rate,
+            "predicted_tokens_per_s": round(predicted.get(method.name, 0.0), 2),
             "median_speedup": round(statistics.median(row.speedup for row in mine), 3),
             "accepted_per_target_forward": round(tokens / max(1, forwards), 3),
             "identical": sum(1 for row in mine if row.check is not None and row.check.identical), "prompts": len(mine),
+            **split,
         })
     return table
 
@@ -145,12 +154,14 @@ def main() -> None:
         line["over_hf_plain"] = round(line["tokens_per_s"] / hf_plain, 3) if hf_plain else None
     print(f"target {entry.id}: {entry.source} quant={args.quant or entry.quant} dtype={target.dtype}, {len(prompts)} evaluation prompts, "
           f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
-    print("| method | configuration | tok/s | predicted tok/s | median speedup over plain | tok/s over hf-plain | "
-          "accepted/forward | identical |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| method | configuration | tok/s | decode tok/s | predicted tok/s | median speedup over plain | "
+          "tok/s over hf-plain | accepted/forward | draft ms/forward | verify ms/forward | identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for line in table:
-        print(f"| {line['method']} | {line['configuration']} | {line['tokens_per_s']} | {line['predicted_tokens_per_s']} | "
+        print(f"| {line['method']} | {line['configuration']} | {line['tokens_per_s']} | "
+              f"{line['decode_tokens_per_s'] or '-'} | {line['predicted_tokens_per_s']} | "
               f"{line['median_speedup']} | {line['over_hf_plain'] or '-'} | {line['accepted_per_target_forward']} | "
+              f"{line.get('draft_ms_per_forward', '-')} | {line.get('verify_ms_per_forward', '-')} | "
               f"{line['identical']}/{line['prompts']} |")
     if args.json:
         with open(args.json, "w") as handle:
