@@ -44,7 +44,7 @@ from specplan.yamlio import read_document
 class ProfileSettings:
     max_new_tokens: int = 128  # greedy tokens per calibration prompt
     context: int = 256  # cached tokens under each latency measurement
-    repeats: int = 5  # timed forwards per width (median)
+    repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
     gamma: int = 8  # chain length of the accepted-length histogram
     rank_width: int = 8  # ranked children per position for rank_accept
     prompts_label: str = "spec-bench:calibration"
@@ -52,7 +52,7 @@ class ProfileSettings:
 
     @classmethod
     def quick(cls) -> "ProfileSettings":
-        return cls(max_new_tokens=64, repeats=3)
+        return cls(max_new_tokens=64, repeats=9)  # fewer repeats let a slow spell of the machine skew a median
 
 
 def _context_ids(target: LoadedModel, prompts: list[Prompt], length: int) -> list[int]:
@@ -187,8 +187,9 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     curves = {}
     with tqdm(total=len(networks) * len(WIDTHS), desc="latency T(n)", unit="curve point") as bar:
         for model_id, network in networks:
-            if isinstance(network, DraftHead):  # timed as the drafter calls it (session, forward, top-k)
-                curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update)
+            if isinstance(network, DraftHead):  # timed as the drafter calls it, after a target step
+                curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
+                                                        verifier=target.model)
             else:
                 curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update)
     pairs = _target_outputs(target, prompts, device, settings)

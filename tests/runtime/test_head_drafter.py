@@ -195,3 +195,24 @@ def test_head_latency_times_the_drafters_own_call_and_leaves_the_cache_as_it_was
     assert curve.n == (1, 4) and curve.context == 37 and all(ms > 0 for ms in curve.ms)
     assert calls == [36] + [1, 4] * 3  # the context once, then a warm-up pass and two timed passes
     assert set(lengths[1:]) == {36}  # every timed call starts from the context alone
+
+
+def test_head_latency_with_a_verifier_times_each_call_right_after_a_verifier_step(monkeypatch):
+    from specplan.runtime.drafters.head import HeadSession
+    from specplan.runtime.profiler.latency import measure_head_latency
+
+    target = tiny_llama("sdpa", seed=0)
+    head = tiny_head(target)
+    events = []
+    original = ModelSession.extend
+
+    def recorded(self, tokens, tree=None):
+        events.append(("head" if isinstance(self, HeadSession) else "verifier", len(tokens)))
+        return original(self, tokens, tree)
+
+    monkeypatch.setattr(ModelSession, "extend", recorded)
+    context = list(range(3, 40))
+    measure_head_latency(head, CPU, context, widths=(1, 4), repeats=2, verifier=target)
+    assert events[:2] == [("head", 36), ("verifier", 37)]  # both hold the context first
+    timed = events[2:]
+    assert timed[0::2] == [("verifier", 1)] * 7 and timed[1::2] == [("head", 1), ("head", 4)] * 3
