@@ -112,18 +112,7 @@ def solve_hierarchy(costs: CostModel, max_stages: int) -> HierarchySolution:
     HierarchySolution
         L*_s(i) and the argmin choice for every s <= max_stages and model i.
     """
-    values = [{m: costs.latency[m](1) for m in costs.models}]
-    choices = [{m: Choice("alone") for m in costs.models}]
-    for stages in range(1, max_stages + 1):
-        level_values, level_choices = dict(values[-1]), dict(choices[-1])
-        for verifier in costs.models:
-            for choice in stage_choices(costs, verifier, stages - 1):
-                cost = stage_cost(costs, values[stages - 1], verifier, choice).ms_per_token
-                if cost < level_values[verifier]:
-                    level_values[verifier], level_choices[verifier] = cost, choice
-        values.append(level_values)
-        choices.append(level_choices)
-    return HierarchySolution(tuple(values), tuple(choices))
+    return _solve(costs, max_stages, exact=False)
 
 
 def solve_exact_stages(costs: CostModel, max_stages: int) -> HierarchySolution:
@@ -131,15 +120,21 @@ def solve_exact_stages(costs: CostModel, max_stages: int) -> HierarchySolution:
     model i that uses s stages (inf when none exists), so ``plan --stages s`` can ask for a
     hierarchy even where a shorter chain is faster. Only a model drafter's sequence stage can sit
     on top of a sub-hierarchy, so for s > 1 the top stage is a sequence from a model drafter."""
+    return _solve(costs, max_stages, exact=True)
+
+
+def _solve(costs: CostModel, max_stages: int, exact: bool) -> HierarchySolution:
+    """Level s from level s - 1: at most s stages (a level starts from the one below), or
+    exactly s (a level starts from inf and only stacks on an s - 1 stage sub-hierarchy)."""
     values = [{m: costs.latency[m](1) for m in costs.models}]
     choices = [{m: Choice("alone") for m in costs.models}]
     for stages in range(1, max_stages + 1):
-        level_values = {m: math.inf for m in costs.models}
-        level_choices = {m: Choice("alone") for m in costs.models}
+        level_values = {m: math.inf for m in costs.models} if exact else dict(values[-1])
+        level_choices = {m: Choice("alone") for m in costs.models} if exact else dict(choices[-1])
         for verifier in costs.models:
             for choice in stage_choices(costs, verifier, stages - 1):
                 stacked = choice.kind == "sequence" and choice.drafter in costs.latency
-                if stages > 1 and not stacked:
+                if exact and stages > 1 and not stacked:
                     continue
                 cost = stage_cost(costs, values[stages - 1], verifier, choice).ms_per_token
                 if cost < level_values[verifier]:
