@@ -265,7 +265,10 @@ def _rank_accept(profile: Profile, stage, rank_accept: tuple[float, ...], temper
     entry = profile.acceptance_for(shape.graft, stage.verifier, temperature)
     if entry is None or not entry.retrieval_rank_accept:
         raise PlanError(f"profile lacks the graft acceptance of {shape.graft} -> {stage.verifier}; re-profile")
-    width = graft_model_width(shape.parents, shape.graft_budget)
+    try:
+        width = graft_model_width(shape.parents, shape.graft_budget)
+    except ValueError as error:
+        raise PlanError(f"{error}: a graft's retrieved nodes are the highest-ranked children; fix the plan") from None
     return graft_accept(rank_accept, entry.retrieval_rank_accept, width)
 
 

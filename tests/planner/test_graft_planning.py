@@ -115,3 +115,15 @@ def test_model_width_is_read_off_the_tree(parents, retrieved, width):
 def test_plain_latency_reference_is_the_curve():  # the brute force above reads T(n) from the curve itself
     assert plain_latency(graft_profile(), "target", 3) == pytest.approx(20.8)
     assert reference_tree_value((-1, 0, 0), HEAD_RANKS[:1] + (0.14,)) == pytest.approx(1.4)
+
+
+def test_a_graft_budget_the_tree_cannot_hold_is_a_plan_error():
+    from specplan.errors import PlanError
+    from specplan.plan import Plan, Prediction
+    from specplan.planner.simulate import plan_stages
+
+    shape = StageShape("tree", parents=(-1, 0, 0, 1), graft="ngram", graft_budget=2)  # only 1 node has rank >= 1
+    plan = Plan("", "", {"kind": "cpu", "sku": "cpu"}, "target", 0.0, (Stage("head", "target", shape),),
+                Prediction(10.0, 100.0, 1.0, 1.0))
+    with pytest.raises(PlanError, match="fix the plan"):
+        plan_stages(plan, graft_profile())
