@@ -317,13 +317,17 @@ def graft_tree(
     >>> graft.tree.parents, graft.retrieved
     ((-1, 0, 0), 1)
     """
-    accept = tuple(rank_accept) + tuple(retrieval_rank_accept)
-    tree = best_tree(accept, budget, depth)
+    width = len(rank_accept)
+    tree = best_tree(graft_accept(rank_accept, retrieval_rank_accept, width), budget, depth)
     if tree is None:
         return None
-    width = len(rank_accept)
-    retrieved = sum(1 for node, rank in enumerate(tree.ranks) if node > 0 and rank >= width)
-    return GraftTree(tree, width, retrieved)
+    return GraftTree(tree, width, retrieved_nodes(tree.ranks, width))
+
+
+def retrieved_nodes(ranks: Sequence[int], width: int) -> int:
+    """How many non-root nodes of a graft tree are retrieved: those ranked at or after the
+    model's ``width`` children (planner-math.md section 3)."""
+    return sum(1 for rank in ranks[1:] if rank >= width)
 
 
 def graft_model_width(parents: Sequence[int], graft_budget: int) -> int:
@@ -335,9 +339,9 @@ def graft_model_width(parents: Sequence[int], graft_budget: int) -> int:
     >>> graft_model_width([-1, 0, 0, 0, 1], 1)
     2
     """
-    ranks = sibling_ranks(parents)[1:]
+    ranks = sibling_ranks(parents)
     for width in range(max(ranks, default=0) + 1, 0, -1):
-        if sum(1 for rank in ranks if rank >= width) == graft_budget:
+        if retrieved_nodes(ranks, width) == graft_budget:
             return width
     raise ValueError(f"no model width leaves {graft_budget} retrieved nodes in tree {tuple(parents)}")
 
@@ -373,7 +377,7 @@ def choose_graft_tree(
                              max_budget, max_depth)
         if choice is None:
             continue
-        retrieved = sum(1 for rank in choice.tree.ranks[1:] if rank >= width)
+        retrieved = retrieved_nodes(choice.tree.ranks, width)
         if retrieved and (best is None or choice.ms_per_token < best.ms_per_token):
             best = replace(choice, graft_budget=retrieved)
     return best
