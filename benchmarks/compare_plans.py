@@ -30,21 +30,21 @@ import warnings
 
 import torch
 
-from specplan.commands import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
+from specplan.cli.commands import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.solve import plan_for_candidate
-from specplan.profile import load_profile
-from specplan.prompts import spec_bench_split, stratified
-from specplan.runtime.bench import interleave, warm_up
-from specplan.runtime.bench_methods import EngineMethod
+from specplan.core.profile import load_profile
+from specplan.core.prompts import spec_bench_split, stratified
+from specplan.bench.run import interleave, warm_up
+from specplan.bench.methods import EngineMethod
 from specplan.runtime.build import build_engine, eos_ids
-from specplan.runtime.chat import encode_prompt
+from specplan.models.chat import encode_prompt
 from specplan.runtime.compiled import compile_buckets
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.modes import session_options
-from specplan.runtime.models import load_model, quiet_transformers
-from specplan.runtime.peers import GenerateMethod
+from specplan.core.runtime_modes import session_options
+from specplan.models.load import load_model, quiet_transformers
+from specplan.bench.peers import GenerateMethod
 
 
 def _uses(candidate, drafter: str) -> bool:
@@ -127,7 +127,7 @@ def main() -> None:
     profile = load_profile(args.profile)
     device = torch.device("cpu")
     entry = profile.target
-    target = load_model(entry.source, args.dtype or entry.dtype, str(device), quant=args.quant or entry.quant)
+    target = load_model_variant(entry.source, args.dtype or entry.dtype, str(device), quant=args.quant or entry.quant)
     sampling = SamplingConfig()
     plain = SpeculativeEngine(target.model, device, eos_ids(target))
     methods = [EngineMethod("plain", "plain", plain, sampling, f"{entry.id} ({args.quant or entry.quant}, {target.dtype}) alone")]

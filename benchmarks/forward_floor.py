@@ -34,9 +34,9 @@ import torch
 
 from quant_latency import context_ids  # noqa: E402 - the sibling benchmark (its folder is on sys.path)
 
-from specplan.runtime.models import load_model, quiet_transformers
-from specplan.runtime.modes import session_options
-from specplan.runtime.profiler.latency import WIDTHS
+from specplan.models.load import load_model, quiet_transformers
+from specplan.core.runtime_modes import session_options
+from specplan.profiler.latency import WIDTHS
 from specplan.runtime.session import ModelSession
 
 BANDWIDTH_BYTES = 1 << 30  # the tensor summed to measure read bandwidth

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from specplan.prompts import spec_bench_split, stratified
-from specplan.runtime.chat import encode_prompt
+from specplan.core.prompts import spec_bench_split, stratified
+from specplan.models.chat import encode_prompt
 from specplan.runtime.compiled import compile_buckets
-from specplan.runtime.models import default_gguf_path, load_model, quiet_transformers
+from specplan.models.load import default_gguf_path, load_model, quiet_transformers
 from specplan.runtime.session import ModelSession
 
 

@@ -15,15 +15,15 @@ import argparse
 
 import torch
 
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.prompts import spec_bench_split, stratified
-from specplan.runtime.bench import divergence_gap
-from specplan.runtime.bench_metrics import NEAR_TIE, first_divergence
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.prompts import spec_bench_split, stratified
+from specplan.bench.run import divergence_gap
+from specplan.bench.metrics import NEAR_TIE, first_divergence
 from specplan.runtime.build import build_drafter, eos_ids
-from specplan.runtime.chat import encode_prompt
+from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import load_model, quiet_transformers
+from specplan.models.load import load_model, quiet_transformers
 
 
 def main() -> None:

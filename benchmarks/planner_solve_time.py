@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from specplan.planner import PlanOptions, solve_plan
-from specplan.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 

@@ -21,10 +21,10 @@ import time
 
 import torch
 
-from specplan.prompts import spec_bench_split, stratified
-from specplan.runtime.chat import encode_prompt
-from specplan.runtime.models import quiet_transformers
-from specplan.runtime.profiler.latency import WIDTHS, measure_latency
+from specplan.core.prompts import spec_bench_split, stratified
+from specplan.models.chat import encode_prompt
+from specplan.models.load import quiet_transformers
+from specplan.profiler.latency import WIDTHS, measure_latency
 from specplan.runtime.session import ModelSession
 
 
@@ -70,10 +70,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1 if args.clock == "cpu" else args.threads)
     quiet_transformers()
-    from specplan.quant.variants import load_variant
+    from specplan.quant.load import load_model_variant as load_variant
 
     quants = args.quants.split(",")
-    models = {quant: load_variant(args.model, quant, args.dtype, "cpu") for quant in quants}
+    models = {quant: load_variant(args.model, args.dtype, "cpu", quant) for quant in quants}
     context = context_ids(next(iter(models.values())).tokenizer, args.context)
     samples: dict[str, list[tuple[float, ...]]] = {quant: [] for quant in quants}
     for round_index in range(args.rounds):

@@ -1,6 +1,6 @@
 """Quality of MODEL's 4-bit variants against its 16-bit self on Spec-Bench evaluation prompts:
 greedy agreement, matching prefix, identical outputs and perplexity (terms defined in
-``specplan.quant.quality``). Run:
+``specplan.bench.quant_quality``). Run:
 
     .venv/bin/python benchmarks/quant_quality.py [--model default] [--quants nf4,gptq]
         [--limit 20] [--max-new-tokens 64] [--teacher-forced-only] [--json out.json]
@@ -15,8 +15,8 @@ from dataclasses import asdict
 
 import torch
 
-from specplan.prompts import spec_bench_split, stratified
-from specplan.runtime.models import quiet_transformers
+from specplan.core.prompts import spec_bench_split, stratified
+from specplan.models.load import quiet_transformers
 
 
 def main() -> None:
@@ -31,11 +31,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(min(2, torch.get_num_threads()))
     quiet_transformers()
-    from specplan.quant.quality import compare_quality, perplexity, reference_outputs
-    from specplan.quant.variants import load_variant, quant_label
+    from specplan.bench.quant_quality import compare_quality, perplexity, reference_outputs
+    from specplan.profiler.variants import quant_label
+    from specplan.quant.load import load_model_variant as load_variant
 
     prompts = stratified(spec_bench_split("evaluation"), args.limit)
-    reference = load_variant(args.model, "none", args.dtype, "cpu")
+    reference = load_variant(args.model, args.dtype, "cpu", "none")
     start = time.perf_counter()
     references = reference_outputs(reference, prompts, args.max_new_tokens)
     print(f"reference: {len(references)} greedy outputs of {args.model} ({args.dtype}) in "
@@ -44,7 +45,7 @@ def main() -> None:
              "identical_outputs": len(references),
              "perplexity": perplexity(reference.model, [item.text_ids for item in references])}]
     for quant in args.quants.split(","):
-        loaded = load_variant(args.model, quant, args.dtype, "cpu")
+        loaded = load_variant(args.model, args.dtype, "cpu", quant)
         start = time.perf_counter()
         report = compare_quality(loaded, quant_label(loaded, quant), references, args.max_new_tokens,
                                  free_running=not args.teacher_forced_only)

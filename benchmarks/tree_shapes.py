@@ -25,14 +25,14 @@ from collections import defaultdict
 import torch
 from tqdm import tqdm
 
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.prompts import spec_bench_split, stratified
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
-from specplan.runtime.chat import encode_prompt
+from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import load_model, quiet_transformers
+from specplan.models.load import load_model, quiet_transformers
 
 DEFAULT_STATIC = (-1, 0, 0, 1, 1, 2, 3, 5)  # 8 nodes, depth 4: a typical DP shape for p_1 ~ 0.4
 NEAR_TIE = 0.5  # top-2 logit gap: a bf16 forward over n tokens differs from n decode steps by ~0.1-0.3
@@ -54,7 +54,7 @@ def static_parents(args) -> tuple[int, ...]:
     if not args.profile:
         return DEFAULT_STATIC
     from specplan.planner.tree_dp import best_tree
-    from specplan.profile import load_profile
+    from specplan.core.profile import load_profile
 
     entry = load_profile(args.profile).acceptance_for(parse_drafter_spec(args.drafter).id, "target", 0.0)
     if entry is None or not entry.rank_accept:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import least_squares
 
-from specplan.profile import Profile
+from specplan.core.profile import Profile
 
 from .roofline import Calibration, DeviceRoof, precision_for, roofline_ms
 from .sku import model_shape

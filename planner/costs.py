@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from specplan.profile import AcceptanceEntry, Profile
+from specplan.core.profile import AcceptanceEntry, Profile
 
 from .latency import LatencyTable, latency_table
 from .options import PlanOptions

@@ -19,9 +19,9 @@ import math
 import warnings
 from dataclasses import dataclass, replace
 
-from specplan.errors import PlanError
-from specplan.plan import Stage
-from specplan.profile import Profile
+from specplan.core.errors import PlanError
+from specplan.core.plan import Stage
+from specplan.core.profile import Profile
 
 from .export_engines import ENGINES, EngineSupport, render
 from .options import PlanOptions

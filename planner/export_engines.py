@@ -36,9 +36,9 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from specplan.drafter_spec import DrafterSpec, parse_drafter_spec
-from specplan.errors import DrafterSpecError
-from specplan.plan import Stage
+from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
+from specplan.core.errors import DrafterSpecError
+from specplan.core.plan import Stage
 
 
 @dataclass(frozen=True)

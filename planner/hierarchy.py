@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specplan.plan import Stage, StageShape
+from specplan.core.plan import Stage, StageShape
 
 from .costs import CostModel
 

@@ -1,6 +1,6 @@
 """T_m(n): the profiled forward time of model m over n new tokens, interpolated.
 
-A :class:`~specplan.profile.LatencyCurve` holds ms at a few widths n (1, 2, 4, ..., 64)
+A :class:`~specplan.core.profile.LatencyCurve` holds ms at a few widths n (1, 2, 4, ..., 64)
 over a warm KV cache of ``context`` tokens (planner-math.md, Vocabulary). Between profiled
 widths T is piecewise linear. Beyond the largest profiled width it is extrapolated linearly
 from the last two points, and the result says so (``extrapolated``); more than twice the
@@ -19,7 +19,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from specplan.profile import LatencyCurve, ModelEntry
+from specplan.core.profile import LatencyCurve, ModelEntry
 
 REFUSE_FACTOR = 2  # n > REFUSE_FACTOR * largest profiled n  ->  inf
 

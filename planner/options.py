@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specplan.plan import SHAPE_KINDS
+from specplan.core.plan import SHAPE_KINDS
 
 from .validate import PlannerInputError
 
@@ -49,3 +49,18 @@ class PlanOptions:
     def table_size(self) -> int:
         """Largest n for which T(n) is precomputed (tree budgets, gamma + 1, overshoot)."""
         return max(self.max_budget, 2 * max(self.gammas) + 2)
+
+
+# What the runtime executes in this version (docs/architecture.md): the planner searches only
+# these when it plans for `specplan run` (bench's grid uses the same options).
+RUNTIME_SHAPES = ("sequence", "tree")
+RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/hierarchy.py)
+
+
+def runtime_options(max_budget: int = 64, max_depth: int = 8, temperature: float = 0.0) -> PlanOptions:
+    """The options ``specplan plan`` solves with: every gamma up to ``max_depth``, the shapes and
+    chain lengths the runtime executes."""
+    if max_budget < 1 or max_depth < 1:
+        raise PlannerInputError("--max-budget and --max-depth must be at least 1")
+    return PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
+                       shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature)

@@ -37,7 +37,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from specplan.profile import LatencyCurve, ModelShape
+from specplan.core.profile import LatencyCurve, ModelShape
 
 ROOFLINE_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 LOGIT_BYTES = 4  # logits are written in float32 (transformers upcasts them)
@@ -103,7 +103,7 @@ def precision_for(quant: str, dtype: str) -> Precision:
 
 @dataclass(frozen=True)
 class DeviceRoof:
-    """One SKU's figures (``profiles/skus.yaml``): peaks the roofline reads, in SI units."""
+    """One SKU's figures (``planner/data/skus.yaml``): peaks the roofline reads, in SI units."""
 
     sku: str
     name: str
@@ -229,7 +229,7 @@ def roofline_ms(shape: ModelShape, precision: Precision, n: int, context: int, d
 def roofline_curve(shape: ModelShape, precision: Precision, context: int, device: DeviceRoof,
                    calibration: Calibration | None = None,
                    widths: tuple[int, ...] = ROOFLINE_WIDTHS) -> LatencyCurve:
-    """A :class:`~specplan.profile.LatencyCurve` of T(n) at ``widths``, marked ``source: roofline``."""
+    """A :class:`~specplan.core.profile.LatencyCurve` of T(n) at ``widths``, marked ``source: roofline``."""
     ms = tuple(roofline_ms(shape, precision, n, context, device, calibration) for n in widths)
     return LatencyCurve(context, tuple(widths), ms, "roofline")
 

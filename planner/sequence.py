@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specplan.profile import AcceptanceEntry
+from specplan.core.profile import AcceptanceEntry
 
 
 def expected_accepted_length(gamma: int, alpha: float) -> float:

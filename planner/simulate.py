@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from specplan.errors import PlanError
-from specplan.plan import Plan
-from specplan.profile import Profile
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan
+from specplan.core.profile import Profile
 
 from .latency import latency_table
 from .sequence import expected_accepted_from_histogram, expected_accepted_length

@@ -2,25 +2,28 @@
 
 Acceptance depends on the models and the data, not on the device, so a plan for a device we
 do not have keeps the measured acceptance and replaces every model's latency curve with the
-roofline T(n) (:mod:`.roofline`) of that model's shape on the SKU from ``profiles/skus.yaml``.
+roofline T(n) (:mod:`.roofline`) of that model's shape on the SKU from ``planner/data/skus.yaml``.
 Retrieval drafters keep their measured cost per call (a host-side table lookup). The result
 says where each number came from: ``device.source: roofline``, curves ``source: roofline``.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from specplan.errors import PlanError, ProfileError
-from specplan.profile import DeviceInfo, ModelEntry, ModelShape, Profile
+from specplan.core.errors import PlanError, ProfileError
+from specplan.core.profile import DeviceInfo, ModelEntry, ModelShape, Profile
 
 from .roofline import Calibration, DeviceRoof, precision_for, roofline_curve
 
-SKU_FILE = Path(__file__).resolve().parent.parent / "profiles" / "skus.yaml"
+# The SKU table ships as package data (planner/data/skus.yaml), read through importlib.resources
+# so that an installed wheel finds it as well as a checkout.
+SKU_RESOURCE = ("specplan.planner", "data/skus.yaml")
 
 # Published configs of models that profiles name by alias, for profiles recorded before the
 # profiler stored shapes. `default` = SmolLM2-135M-Instruct (its config.json: 30 layers,
@@ -32,13 +35,19 @@ BUILTIN_SHAPES = {
 
 def load_skus(path: str | Path | None = None) -> dict[str, DeviceRoof]:
     """Every SKU in ``skus.yaml`` (``schema_version: 1``), by name; PlanError if unreadable."""
-    path = Path(path) if path else SKU_FILE
-    if not path.is_file():
-        raise PlanError(f"the SKU table {path} does not exist; it ships in the repository as profiles/skus.yaml")
+    if path is None:
+        package, name = SKU_RESOURCE
+        resource = importlib.resources.files(package).joinpath(name)
+        path, text = Path(str(resource)), resource.read_text(encoding="utf-8")
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise PlanError(f"the SKU table {path} does not exist; pass --skus with an existing file or leave it out")
+        text = path.read_text(encoding="utf-8")
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = yaml.safe_load(text)
     except yaml.YAMLError:
-        raise PlanError(f"{path} is not valid YAML; fix it or restore profiles/skus.yaml") from None
+        raise PlanError(f"{path} is not valid YAML; fix it or leave --skus out for the built-in table") from None
     if not isinstance(document, dict) or document.get("schema_version") != 1:
         raise PlanError(f"{path} must be a mapping with schema_version: 1")
     try:

@@ -15,8 +15,8 @@ import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from specplan.plan import Plan
-from specplan.profile import Profile
+from specplan.core.plan import Plan
+from specplan.core.profile import Profile
 
 from .options import PlanOptions
 from .roofline import Calibration, DeviceRoof, forward_cost, precision_for, ridge_width

@@ -14,8 +14,8 @@ import time
 import warnings
 from dataclasses import dataclass, replace
 
-from specplan.plan import Alternative, Plan, Prediction, Stage
-from specplan.profile import Profile
+from specplan.core.plan import Alternative, Plan, Prediction, Stage
+from specplan.core.profile import Profile
 
 from .costs import CostModel, build_cost_model
 from .hierarchy import HierarchySolution, StageCost, chain_for, solve_exact_stages, solve_hierarchy, stage_choices

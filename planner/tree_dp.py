@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specplan.plan import validate_parents
+from specplan.core.plan import validate_parents
 
 RELATIVE_GAIN = 1e-12  # a deeper cap must improve F by more than this to be costed again
 

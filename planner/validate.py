@@ -1,7 +1,7 @@
 """Typed planner errors and input checks for profiles built by hand (not loaded from YAML).
 
-:func:`specplan.profile.load_profile` already validates a profile read from disk; tests and
-scripts also build :class:`~specplan.profile.Profile` instances directly, so the planner checks
+:func:`specplan.core.profile.load_profile` already validates a profile read from disk; tests and
+scripts also build :class:`~specplan.core.profile.Profile` instances directly, so the planner checks
 again before it solves: every probability is a number in [0, 1], every histogram count is
 non-negative, every latency is positive.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from specplan.errors import PlanError
-from specplan.profile import AcceptanceEntry, ModelEntry, Profile, RetrievalEntry
+from specplan.core.errors import PlanError
+from specplan.core.profile import AcceptanceEntry, ModelEntry, Profile, RetrievalEntry
 
 
 class PlannerInputError(PlanError):

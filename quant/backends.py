@@ -6,7 +6,7 @@ import importlib
 import os
 from types import ModuleType
 
-from specplan.errors import BackendMissingError
+from specplan.core.errors import BackendMissingError
 from specplan.quant.methods import QuantMethod
 
 # What a method needs beyond its own package (transformers reads GPTQ checkpoints through optimum).

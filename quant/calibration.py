@@ -8,7 +8,7 @@ activations match what the quantized target verifies at run time.
 
 from __future__ import annotations
 
-from specplan.prompts import Prompt, spec_bench_split, stratified
+from specplan.core.prompts import Prompt, spec_bench_split, stratified
 
 CALIBRATION_LABEL = "spec-bench:calibration"
 ROW_TOKENS = 2048  # prompts are packed into rows of at most this many tokens
@@ -41,7 +41,7 @@ def pack(sequences: list[list[int]], row_tokens: int) -> list[list[int]]:
 def calibration_rows(tokenizer, prompts: list[Prompt], row_tokens: int = ROW_TOKENS) -> list[dict[str, list[int]]]:
     """``[{"input_ids": [...], "attention_mask": [1, ...]}, ...]``, the row format GPTQModel takes:
     the chat-templated prompts packed into rows of at most ``row_tokens`` tokens."""
-    from specplan.runtime.chat import encode_prompt
+    from specplan.models.chat import encode_prompt
 
     sequences = [encode_prompt(tokenizer, prompt.text) for prompt in prompts]
     return [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in pack(sequences, row_tokens)]

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specplan.errors import SpecplanError
+from specplan.core.errors import SpecplanError
 from specplan.quant.methods import NF4_BLOCK, QuantMethod, parse_method, pick_group_size
 
 MANIFEST = "specplan-quant.json"  # written last: a directory without it is incomplete
@@ -71,7 +71,7 @@ def checkpoint_name(method: QuantMethod, dtype: str) -> str:
 
 
 def default_checkpoint_dir(source_fingerprint: str, name: str) -> Path:
-    from specplan.runtime.models import cache_root
+    from specplan.models.load import cache_root
 
     return cache_root() / "quantized" / f"{name}-{source_fingerprint.removeprefix('sha256:')[:16]}"
 
@@ -92,7 +92,7 @@ def quantize(source: str, method_name: str, output: str | Path | None = None, *,
     Raises: BackendMissingError if the method's backend is not installed; ModelError for a bad MODEL.
     """
     from specplan.quant.backends import require_backend
-    from specplan.runtime.models import fingerprint, resolve_model_dir
+    from specplan.models.load import fingerprint, resolve_model_dir
 
     source_dir = resolve_model_dir(source)
     method = resolve_method(method_name, source_dir)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from specplan.quant.checkpoint import QuantizedCheckpoint, quantize
-from specplan.runtime.models import DTYPES, LoadedModel
+from specplan.models.load import DTYPES, LoadedModel, load_model
+from specplan.quant.methods import METHODS, method_of_label
 
 
 def load_checkpoint(checkpoint: QuantizedCheckpoint, dtype: str, device: str) -> torch.nn.Module:
@@ -45,3 +46,13 @@ def load_quantized(source: str, method: str, dtype: str = "bfloat16", device: st
     model = load_checkpoint(checkpoint, dtype, device)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path), local_files_only=True)
     return LoadedModel(source, str(checkpoint.path), model, tokenizer, checkpoint.fingerprint, dtype)
+
+
+def load_model_variant(source: str, dtype: str = "float32", device: str = "cpu", quant: str = "none") -> LoadedModel:
+    """MODEL at precision ``quant``: a profile entry's quant field (``none``: the weights as they
+    are; ``nf4`` or ``gptq-w4g64``: that 4-bit variant, quantized once into the cache if needed)
+    or a ``--quant`` value (``nf4`` | ``gptq``)."""
+    if quant in ("", "none"):
+        return load_model(source, dtype, device)
+    name = quant if quant in METHODS else method_of_label(quant).name
+    return load_quantized(source, name, dtype, device)

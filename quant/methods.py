@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specplan.errors import SpecplanError
+from specplan.core.errors import SpecplanError
 
 NF4_BLOCK = 64  # weights per NF4 absmax block (QLoRA's block size; bitsandbytes' default)
 GROUP_SIZES = (128, 64, 32)  # tried in this order; the first that divides every input width wins

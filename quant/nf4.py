@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from specplan.runtime.models import DTYPES
+from specplan.models.load import DTYPES
 
 
 def nf4_config(dtype: str):

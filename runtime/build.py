@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from specplan.drafter_spec import DrafterSpec, parse_drafter_spec
-from specplan.errors import DrafterSpecError, PlanError
-from specplan.plan import Plan, StageShape
-from specplan.profile import Profile
+from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
+from specplan.core.errors import DrafterSpecError, PlanError
+from specplan.core.plan import Plan, StageShape
+from specplan.core.profile import Profile
 from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
@@ -23,7 +23,8 @@ from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import DTYPES, LoadedModel, load_model
+from specplan.models.load import DTYPES, LoadedModel, load_model
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner
 
@@ -48,7 +49,8 @@ def _drafter_network(spec: DrafterSpec, target: LoadedModel, device: torch.devic
     return loaded.model
 
 
-def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> DrafterBuild:
+def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device,
+                  runtime: RuntimeMode = EAGER) -> DrafterBuild:
     """A live sequence drafter for ``spec`` proposing for ``target``."""
     if spec.kind == "ngram":
         return DrafterBuild(spec, NgramDrafter(int(spec.argument)), None)
@@ -59,7 +61,7 @@ def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device) 
         return DrafterBuild(spec, HeadDrafter(spec.id, head, device), head)
     if spec.kind in ("layerskip", "model"):
         network = _drafter_network(spec, target, device)
-        return DrafterBuild(spec, ModelDrafter(spec.id, network, device), network)
+        return DrafterBuild(spec, ModelDrafter(spec.id, network, device, runtime=runtime), network)
     raise DrafterSpecError(f"drafter {spec.source!r} cannot run in this version; use ngram:N, layerskip:K, "
                            "model:MODEL, head:DIR, recycle or cache")
 
@@ -79,14 +81,16 @@ def _retrieval_tree_drafter(spec: DrafterSpec):
     raise DrafterSpecError(f"{spec.source!r} is not a retrieval drafter; use ngram:N, recycle or cache")
 
 
-def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device, network: torch.nn.Module | None = None):
+def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device, network: torch.nn.Module | None = None,
+                       runtime: RuntimeMode = EAGER):
     """A live tree drafter for ``spec``; ``network`` reuses an already built drafter model."""
     if spec.is_retrieval:
         return _retrieval_tree_drafter(spec)
     if spec.kind == "head":
         return HeadDrafter(spec.id, network if network is not None else _head_network(spec, target, device), device)
     if spec.kind in ("layerskip", "model"):
-        return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device)
+        return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device,
+                                runtime=runtime)
     raise DrafterSpecError(f"drafter {spec.source!r} cannot draft trees; use ngram:N, layerskip:K, model:MODEL, head:DIR, "
                            "recycle or cache")
 
@@ -125,12 +129,12 @@ def drafter_source(profile: Profile, drafter_id: str) -> str:
     raise PlanError(f"plan names drafter {drafter_id!r} but the profile lists no such model; re-run `specplan plan`")
 
 
-def _bottom_drafter(stage, profile: Profile, target: LoadedModel, device: torch.device):
+def _bottom_drafter(stage, profile: Profile, target: LoadedModel, device: torch.device, runtime: RuntimeMode):
     """The live drafter of a plan's first stage: a sequence drafter, or a tree drafter (with its graft)."""
     spec = parse_drafter_spec(drafter_source(profile, stage.drafter))
     if stage.shape.kind == "sequence":
-        return build_drafter(spec, target, device).drafter
-    drafter = build_tree_drafter(spec, target, device)
+        return build_drafter(spec, target, device, runtime).drafter
+    drafter = build_tree_drafter(spec, target, device, runtime=runtime)
     if stage.shape.graft:
         graft = parse_drafter_spec(drafter_source(profile, stage.shape.graft))
         if spec.is_retrieval or not graft.is_retrieval:
@@ -163,7 +167,8 @@ def _stage_shape(stage) -> dict:
     return {"tree": tree_shape(stage.shape)}
 
 
-def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device) -> SpeculativeEngine:
+def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
+                 runtime: RuntimeMode = EAGER) -> SpeculativeEngine:
     """The engine that executes ``plan`` on ``target`` (plain decoding when it has no stages).
 
     A plan of several stages (bottom first) becomes a chain: every middle model is a
@@ -173,16 +178,17 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
         raise PlanError(f"plan's target {plan.target!r} is not the profile's target; re-run `specplan plan`")
     stop = eos_ids(target)
     if not plan.stages:
-        return SpeculativeEngine(target.model, device, stop)
+        return SpeculativeEngine(target.model, device, stop, runtime=runtime)
     _check_chain(plan)
-    drafter = _bottom_drafter(plan.stages[0], profile, target, device)
+    drafter = _bottom_drafter(plan.stages[0], profile, target, device, runtime)
     for below in plan.stages[:-1]:
         middle = parse_drafter_spec(drafter_source(profile, below.verifier))
         if middle.is_retrieval or middle.kind == "head":
             kind = "retrieval drafter" if middle.is_retrieval else "draft head"
             raise PlanError(f"{below.verifier!r} verifies a stage but is a {kind}, not a model; fix the plan")
-        session = ModelSession(_drafter_network(middle, target, device), device)
+        session = ModelSession(_drafter_network(middle, target, device), device, runtime=runtime)
         runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **_stage_shape(below))
         drafter = HierarchyDrafter(below.verifier, runner, stop)
     top = plan.stages[-1]
-    return SpeculativeEngine(target.model, device, stop, drafter, names=(top.drafter, top.verifier), **_stage_shape(top))
+    return SpeculativeEngine(target.model, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
+                             **_stage_shape(top))

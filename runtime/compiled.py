@@ -148,25 +148,3 @@ def compiled_step(model: torch.nn.Module, device: torch.device) -> CompiledStep:
     if step is None:
         step = _STEPS[model] = CompiledStep(model, device)
     return step
-
-
-def compile_buckets(model: torch.nn.Module, device: torch.device, context_ids: list[int], **session_options) -> float:
-    """Compile every bucket's graph for ``model`` now, over a cache of ``context_ids``; the
-    seconds spent compiling (0.0 when the runtime is not compiled: ``session_options``, by default
-    what ``SPECPLAN_RUNTIME`` selects).
-
-    Timed runs call this first so that no graph compiles inside a measurement (a tree round
-    that first reaches a new width would otherwise pay the compile in the middle of a prompt)."""
-    from specplan.runtime.session import ModelSession
-
-    session = ModelSession(model, device, **session_options)
-    if not session.compiled:
-        return 0.0
-    before = session.compile_seconds
-    context = list(context_ids)
-    session.extend(context)
-    filler = (context * (BUCKETS[-1] // max(1, len(context)) + 2))[: BUCKETS[-1]]
-    for bucket in BUCKETS:
-        session.extend(filler[:bucket])
-        session.rewind_to(context + [0])
-    return session.compile_seconds - before

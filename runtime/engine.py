@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeDrafter, TreeShape
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
@@ -57,8 +58,8 @@ class SpeculativeEngine:
 
     def __init__(self, target: torch.nn.Module, device: torch.device, eos_ids: set[int],
                  drafter: Drafter | TreeDrafter | None = None, gamma: int = 0, tree: TreeShape | None = None,
-                 names: tuple[str, str] = ("none", "target")):
-        self.target = ModelSession(target, device)
+                 names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER):
+        self.target = ModelSession(target, device, runtime=runtime)
         self.device = device
         self.drafter = drafter
         self.stage = StageRunner(self.target, drafter, gamma, tree, names)

@@ -1,26 +1,76 @@
 """Executes a plan on prompts: loads the profiled models, checks the plan's contract, and
-returns per-prompt records in the shape of ``run --json`` (formats.md)."""
+returns a typed :class:`RunResult` per prompt (``as_record()``: the ``run --json`` object,
+docs/formats.md)."""
 
 from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from specplan.contract import check_contract
-from specplan.plan import Plan
-from specplan.profile import Profile
-from specplan.prompts import Prompt
+from specplan.core.contract import check_contract
+from specplan.core.plan import Plan
+from specplan.core.profile import Profile
+from specplan.core.prompts import Prompt
 from specplan.runtime.build import build_engine, eos_ids
-from specplan.runtime.chat import encode_prompt
+from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
-from specplan.runtime.models import LoadedModel, load_model, quiet_transformers
-from specplan.runtime.modes import profile_mode
-from specplan.runtime.profiler.device import describe_device
+from specplan.models.load import LoadedModel, quiet_transformers
+from specplan.quant.load import load_model_variant
+from specplan.core.runtime_modes import EAGER, RuntimeMode
+from specplan.runtime.device import describe_device
+
+
+@dataclass(frozen=True)
+class PlainComparison:
+    """Plain decoding of the same prompt in the same process (``compare_plain``)."""
+
+    tokens_per_s: float
+    speedup: float | None
+    identical: bool
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One prompt decoded by a plan. ``mean_accepted`` counts the bonus token (tokens committed
+    per target forward); ``stages`` are the per-stage records of docs/formats.md, "run --json"."""
+
+    prompt_id: str
+    category: str
+    token_ids: tuple[int, ...]
+    text: str
+    seconds: float
+    tokens_per_s: float
+    target_forwards: int
+    mean_accepted: float
+    stages: tuple[dict, ...]
+    predicted_tokens_per_s: float
+    plain: PlainComparison | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def as_record(self) -> dict:
+        """The ``run --json`` object (field names and rounding as before this type existed)."""
+        record = {
+            "prompt_id": self.prompt_id, "category": self.category, "new_tokens": self.new_tokens,
+            "token_ids": list(self.token_ids), "text": self.text, "seconds": round(self.seconds, 4),
+            "tokens_per_s": round(self.tokens_per_s, 3), "target_forwards": self.target_forwards,
+            "mean_accepted": round(self.mean_accepted, 4), "stages": [dict(stage) for stage in self.stages],
+            "predicted_tokens_per_s": self.predicted_tokens_per_s,
+        }
+        if self.plain is not None:
+            record["plain_tokens_per_s"] = round(self.plain.tokens_per_s, 3)
+            record["speedup"] = round(self.plain.speedup, 4) if self.plain.speedup is not None else None
+            record["identical_to_plain"] = self.plain.identical
+        record.update(self.extra)
+        return record
 
 
 @dataclass
@@ -31,20 +81,23 @@ class PlanRunner:
     engine: SpeculativeEngine
     plain: SpeculativeEngine
     device: torch.device
+    runtime: RuntimeMode = EAGER
 
     @classmethod
-    def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False) -> "PlanRunner":
+    def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False,
+             runtime: RuntimeMode = EAGER) -> "PlanRunner":
         quiet_transformers()
         kind = profile.device.kind
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
-        target = load_model(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
+        target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_contract(plan, profile, profile_path, describe_device(device), target.fingerprint, force)
-        if profile.target.mode != profile_mode():
-            warnings.warn(f"the profile measured the {profile.target.mode} runtime but this run uses {profile_mode()} "
-                          "(--runtime / SPECPLAN_RUNTIME): the plan's predictions assume the profiled one")
-        engine = build_engine(plan, profile, target, device)
-        plain = SpeculativeEngine(target.model, device, eos_ids(target))
-        return cls(plan, profile, target, engine, plain, device)
+        if profile.target.mode != runtime.profile_label:
+            warnings.warn(f"the profile measured the {profile.target.mode} runtime but this run uses "
+                          f"{runtime.profile_label} (--runtime / SPECPLAN_RUNTIME): the plan's predictions assume "
+                          "the profiled one")
+        engine = build_engine(plan, profile, target, device, runtime)
+        plain = SpeculativeEngine(target.model, device, eos_ids(target), runtime=runtime)
+        return cls(plan, profile, target, engine, plain, device, runtime)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  plain: bool = False, stream: bool = False) -> GenerationResult:
@@ -68,32 +121,26 @@ class PlanRunner:
         return result
 
     def run_prompt(self, prompt: Prompt, max_new_tokens: int, temperature: float, top_p: float, seed: int,
-                   stream: bool = False, compare_plain: bool = False) -> dict:
-        """Generate for one prompt; the record has the ``run --json`` fields."""
+                   stream: bool = False, compare_plain: bool = False) -> RunResult:
+        """Generate for one prompt (and, with ``compare_plain``, plainly as well)."""
         prompt_ids = encode_prompt(self.target.tokenizer, prompt.text)
         sampling = SamplingConfig(temperature, top_p, seed)
         result = self.generate(prompt_ids, max_new_tokens, sampling, stream=stream)
-        record = {
-            "prompt_id": prompt.prompt_id,
-            "category": prompt.category,
-            "new_tokens": len(result.token_ids),
-            "token_ids": list(result.token_ids),
-            "text": self.target.tokenizer.decode(result.token_ids, skip_special_tokens=True),
-            "seconds": round(result.seconds, 4),
-            "tokens_per_s": round(result.tokens_per_s, 3),
-            "target_forwards": result.target_forwards,
-            "mean_accepted": round(result.mean_accepted, 4),
-            "stages": [stats.as_record() for stats in result.stages if stats.drafter != "none"],
-            "predicted_tokens_per_s": self.plan.predicted.tokens_per_s,
-        }
+        plain = None
         if compare_plain:
             baseline = self.generate(prompt_ids, max_new_tokens, sampling, plain=True)
-            record["plain_tokens_per_s"] = round(baseline.tokens_per_s, 3)
-            record["speedup"] = round(result.tokens_per_s / baseline.tokens_per_s, 4) if baseline.tokens_per_s else None
-            record["identical_to_plain"] = list(baseline.token_ids) == list(result.token_ids)
-        return record
+            speedup = result.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None
+            plain = PlainComparison(baseline.tokens_per_s, speedup, list(baseline.token_ids) == list(result.token_ids))
+        return RunResult(
+            prompt_id=prompt.prompt_id, category=prompt.category, token_ids=tuple(result.token_ids),
+            text=self.target.tokenizer.decode(result.token_ids, skip_special_tokens=True),
+            seconds=result.seconds, tokens_per_s=result.tokens_per_s, target_forwards=result.target_forwards,
+            mean_accepted=result.mean_accepted,
+            stages=tuple(stats.as_record() for stats in result.stages if stats.drafter != "none"),
+            predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain)
 
-    def summary_line(self, record: dict) -> str:
+    def summary_line(self, result: RunResult | dict) -> str:
+        record = result.as_record() if isinstance(result, RunResult) else result
         line = (f"[specplan] {record['new_tokens']} tokens in {record['seconds']:.2f} s: {record['tokens_per_s']:.1f} tok/s, "
                 f"{record['mean_accepted']:.2f} tokens per target forward ({self.plan.summary()}; predicted "
                 f"{self.plan.predicted.tokens_per_s:.1f} tok/s)")

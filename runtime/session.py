@@ -10,7 +10,7 @@ The cache is transformers' ``DynamicCache`` (``cache="dynamic"``) or our preallo
 ``max_length`` positions; it grows by doubling if a forward would overflow it). With
 ``compiled=True`` (static cache only) steps of up to 64 tokens run a torch.compile'd forward
 with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow
-``SPECPLAN_RUNTIME`` (:mod:`specplan.runtime.modes`; default ``eager``: the dynamic cache).
+``SPECPLAN_RUNTIME`` (:mod:`specplan.core.runtime_modes`; default ``eager``: the dynamic cache).
 
 With ``keep_features`` set (a draft head reads them: EAGLE, arXiv 2401.15077), every forward
 also returns the model's last hidden state (the final norm's output, what the LM head reads)
@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import torch
 
 from specplan.runtime import kv
-from specplan.runtime.modes import session_options
+from specplan.runtime.compiled import compiled_step
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
 
@@ -35,13 +36,13 @@ class ModelSession:
     """``model``, its KV cache and the token ids the cache holds.
 
     ``cache``: ``dynamic`` or ``static``; ``max_length``: positions a static cache holds before it
-    grows; ``compiled``: compiled steps (static cache only). Unset, they follow ``SPECPLAN_RUNTIME``
-    (an explicit ``cache="dynamic"`` also turns compilation off).
+    grows; ``compiled``: compiled steps (static cache only). Unset, they follow ``runtime`` (default
+    eager; an explicit ``cache="dynamic"`` also turns compilation off).
     """
 
     def __init__(self, model: torch.nn.Module, device: torch.device, cache: str | None = None,
-                 max_length: int = DEFAULT_CAPACITY, compiled: bool | None = None):
-        defaults = session_options()
+                 max_length: int = DEFAULT_CAPACITY, compiled: bool | None = None, runtime: RuntimeMode = EAGER):
+        defaults = runtime.session_options()
         self.model = model
         self.device = torch.device(device)
         self.cache_kind = cache or defaults["cache"]
@@ -53,8 +54,6 @@ class ModelSession:
         self.max_length = max_length
         self.step = None
         if self.compiled:
-            from specplan.runtime.compiled import compiled_step
-
             self.step = compiled_step(model, self.device)
         self.cache = self._new_cache()
         self.cached: list[int] = []  # token ids whose keys/values the cache holds, in order

@@ -40,7 +40,7 @@ def time_ms(function: Callable[[], object], device: torch.device | str) -> float
 
 def pick_device(requested: str) -> torch.device:
     """``auto`` -> CUDA when present, else CPU."""
-    from specplan.errors import SpecplanError
+    from specplan.core.errors import SpecplanError
 
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

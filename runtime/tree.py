@@ -23,7 +23,7 @@ from functools import cached_property
 
 import torch
 
-from specplan.errors import TreeError
+from specplan.core.errors import TreeError
 
 
 def check_parents(parents: Sequence[int]) -> tuple[int, ...]:

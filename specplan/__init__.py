@@ -2,8 +2,27 @@
 
 Flow: ``specplan profile`` measures latency curves and acceptance on this device,
 ``specplan plan`` solves for the fastest lossless configuration, ``specplan run``
-executes it. This package holds the CLI and the torch-free shared types; the
-solver lives in :mod:`specplan.planner`, the executor in :mod:`specplan.runtime`.
+executes it. From Python (:mod:`specplan.api`)::
+
+    import specplan
+    profile = specplan.load_profile("profile.yaml")
+    plan = specplan.solve(profile)
+    with specplan.Runner.open("plan.yaml") as runner:
+        print(runner.generate("Write a haiku about caches.").text)
+
+The names below are loaded on first use, so that ``import specplan`` stays light (no torch,
+no solver) and any layer may record :data:`__version__` without importing the API.
 """
 
-__version__ = "0.1.0"
+from specplan.core.version import __version__
+
+_API = ("Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "solve", "solve_detailed")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from specplan import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'specplan' has no attribute {name!r}")

@@ -13,7 +13,7 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 @pytest.fixture(scope="session")
 def default_model_dir(tmp_path_factory) -> str:
     """The default model converted to safetensors (cached under $SPECPLAN_CACHE)."""
-    from specplan.runtime.models import resolve_model_dir
+    from specplan.models.load import resolve_model_dir
 
     return resolve_model_dir("default")
 

@@ -11,13 +11,13 @@ import sys
 import pytest
 import torch
 
-from specplan.cli import main
-from specplan.plan import load_plan
-from specplan.profile import AcceptanceEntry, LatencyCurve, ModelEntry, Profile, RetrievalEntry, load_profile, save_profile
-from specplan.plan import Stage, StageShape
-from specplan.runtime.bench_grid import CostTerms, grid_points, point_name, unique_names
-from specplan.runtime.bench_metrics import LosslessCheck, check_lossless, first_divergence, lossless_verdict
-from specplan.runtime.bench_quality import plan_quality, term_effects
+from specplan.cli.main import main
+from specplan.core.plan import load_plan
+from specplan.core.profile import AcceptanceEntry, LatencyCurve, ModelEntry, Profile, RetrievalEntry, load_profile, save_profile
+from specplan.core.plan import Stage, StageShape
+from specplan.bench.grid import CostTerms, grid_points, point_name, unique_names
+from specplan.bench.metrics import LosslessCheck, check_lossless, first_divergence, lossless_verdict
+from specplan.bench.quality import plan_quality, term_effects
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 METHODS = {"plan", "plain", "plain-runtime", "hf-assisted", "hf-lookup"}
@@ -26,8 +26,8 @@ METHODS = {"plan", "plain", "plain-runtime", "hf-assisted", "hf-lookup"}
 def tiny_profile(model_dir: str) -> Profile:
     """A made-up profile of the tiny model (no measuring) in which the best plan is a hierarchy
     ngram-3 -> layerskip-2 -> target, the best one-stage plan a layerskip-2 tree."""
-    from specplan.runtime.models import fingerprint
-    from specplan.runtime.profiler.device import describe_device
+    from specplan.models.load import fingerprint
+    from specplan.runtime.device import describe_device
 
     def curve(base: float) -> tuple[LatencyCurve, ...]:
         return (LatencyCurve(256, WIDTHS, tuple(base * (1 + 0.02 * n) for n in WIDTHS)),)
@@ -124,10 +124,10 @@ class WrongOutput:
 
 
 def test_lossless_check_fails_on_a_wrong_output(bench_inputs):
-    from specplan.commands import load_plan_and_profile
-    from specplan.prompts import read_prompts
-    from specplan.runtime.bench import BenchSettings, build_methods, run_bench
-    from specplan.runtime.bench_grid import predicted_costs
+    from specplan.cli.commands import load_plan_and_profile
+    from specplan.core.prompts import read_prompts
+    from specplan.bench.run import BenchSettings, build_methods, run_bench
+    from specplan.bench.grid import predicted_costs
     from specplan.runtime.drafters.base import SamplingConfig
     from specplan.runtime.runner import PlanRunner
 
@@ -209,9 +209,9 @@ def test_point_names_are_readable_and_unique():
 
 
 def test_plan_quality_for_a_tree_plan(bench_inputs):
-    from specplan.commands import load_plan_and_profile
-    from specplan.prompts import read_prompts
-    from specplan.runtime.bench import BenchSettings, run_bench
+    from specplan.cli.commands import load_plan_and_profile
+    from specplan.core.prompts import read_prompts
+    from specplan.bench.run import BenchSettings, run_bench
     from specplan.runtime.runner import PlanRunner
 
     plan, profile, path = load_plan_and_profile(str(bench_inputs / "tree-plan.yaml"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specplan.cli import main
-from specplan.plan import Stage, StageShape, save_plan
-from specplan.profile import save_profile
+from specplan.cli.main import main
+from specplan.core.plan import Stage, StageShape, save_plan
+from specplan.core.profile import save_profile
 from tests.test_formats import make_plan, make_profile
 
 

@@ -6,9 +6,9 @@ import json
 
 import yaml
 
-from specplan.cli import main
-from specplan.plan import load_plan
-from specplan.profile import load_profile
+from specplan.cli.main import main
+from specplan.core.plan import load_plan
+from specplan.core.profile import load_profile
 
 
 def faster_than_target(profile_path, drafter: str) -> None:

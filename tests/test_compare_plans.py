@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from compare_plans import summarize  # noqa: E402
 
-from specplan.runtime.bench_metrics import Measurement  # noqa: E402
+from specplan.bench.metrics import Measurement  # noqa: E402
 
 
 def row(method, tokens, seconds, forwards, prefill=None, draft=None, verify=None):

@@ -8,15 +8,15 @@ import shlex
 
 import pytest
 
-from specplan.cli import main
-from specplan.errors import PlanError
-from specplan.plan import save_plan
+from specplan.cli.main import main
+from specplan.core.errors import PlanError
+from specplan.core.plan import save_plan
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.export import describe, export_plan
 from specplan.planner.export_engines import ENGINES
-from specplan.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry,
+from specplan.core.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry,
                               save_profile)
-from specplan.yamlio import file_sha256
+from specplan.core.yamlio import file_sha256
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")  # pairs the profiles omit
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specplan.errors import PlanError, ProfileError
-from specplan.plan import Plan, Prediction, Stage, StageShape, load_plan, plan_from_dict, plan_to_dict, save_plan
-from specplan.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry,
+from specplan.core.errors import PlanError, ProfileError
+from specplan.core.plan import Plan, Prediction, Stage, StageShape, load_plan, plan_from_dict, plan_to_dict, save_plan
+from specplan.core.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry,
                               load_profile, profile_from_dict, profile_to_dict, save_profile)
 
 

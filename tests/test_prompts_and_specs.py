@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.errors import DrafterSpecError, PromptError
-from specplan.prompts import read_prompts, spec_bench_split, stratified
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.errors import DrafterSpecError, PromptError
+from specplan.core.prompts import read_prompts, spec_bench_split, stratified
 
 
 def test_split_is_disjoint_and_covers_every_category():
@@ -50,7 +50,7 @@ def test_bad_drafter_specs(spec):
 
 
 def test_drafter_training_prompts_leave_out_the_profile_prompts():
-    from specplan.prompts import PROFILE_PROMPTS, drafter_training_prompts, profile_prompts, spec_bench_split
+    from specplan.core.prompts import PROFILE_PROMPTS, drafter_training_prompts, profile_prompts, spec_bench_split
 
     measured = {p.prompt_id for p in profile_prompts(PROFILE_PROMPTS)}
     training = drafter_training_prompts(1000)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from specplan.errors import BackendMissingError
+from specplan.core.errors import BackendMissingError
 from specplan.quant.methods import GPTQ, NF4, method_of_label, normalize_quants, parse_method
 
 PROMPTS = ([5, 17, 301, 99, 5, 17, 301], [1000, 2000, 3000, 1000, 2000], [42, 7, 42, 7, 42, 7, 42, 9])
@@ -71,7 +71,7 @@ def test_methods_and_labels(tiny_model_dir):
 def test_nf4_tiny_loads_and_runs(nf4_tiny, tiny_dir):
     from bitsandbytes.nn import Linear4bit
 
-    from specplan.runtime.models import load_model
+    from specplan.models.load import load_model
 
     quantized = [m for m in nf4_tiny.model.modules() if isinstance(m, Linear4bit)]
     assert len(quantized) == 4 * 7  # q, k, v, o, gate, up, down in each of 4 layers
@@ -109,9 +109,9 @@ def test_speculation_on_nf4_target_is_its_own_greedy(nf4_tiny, prompt):
 
 
 def test_load_model_hook_loads_the_variant(nf4_tiny, tiny_dir):
-    from specplan.runtime.models import load_model
+    from specplan.models.load import load_model
 
-    loaded = load_model(tiny_dir, "float32", "cpu", quant="nf4")
+    loaded = load_model_variant(tiny_dir, "float32", "cpu", quant="nf4")
     assert loaded.fingerprint == nf4_tiny.fingerprint and loaded.path == nf4_tiny.path
 
 
@@ -127,7 +127,7 @@ def test_missing_backend_is_one_line_naming_the_extra(monkeypatch, method, modul
 
 
 def test_missing_backend_exits_2_through_the_cli(monkeypatch, capsys, tiny_dir, tmp_path):
-    from specplan.cli import main
+    from specplan.cli.main import main
 
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     monkeypatch.setitem(sys.modules, "gptqmodel", None)
@@ -139,9 +139,9 @@ def test_missing_backend_exits_2_through_the_cli(monkeypatch, capsys, tiny_dir, 
 
 
 def test_quality_of_a_model_against_itself_and_nf4(nf4_tiny, tiny_dir):
-    from specplan.prompts import Prompt
-    from specplan.quant.quality import compare_quality, reference_outputs
-    from specplan.runtime.models import load_model
+    from specplan.core.prompts import Prompt
+    from specplan.bench.quant_quality import compare_quality, reference_outputs
+    from specplan.models.load import load_model
 
     reference = load_model(tiny_dir, "float32")
     prompts = [Prompt("1", "test", "Name three colours."), Prompt("2", "test", "Count to five.")]
@@ -155,8 +155,8 @@ def test_quality_of_a_model_against_itself_and_nf4(nf4_tiny, tiny_dir):
 
 def test_profile_with_quant_nf4_target_and_variant(quant_cache, tiny_dir, tmp_path):
     pytest.importorskip("bitsandbytes")
-    from specplan.cli import main
-    from specplan.profile import load_profile
+    from specplan.cli.main import main
+    from specplan.core.profile import load_profile
 
     path = tmp_path / "profile.yaml"
     code = main(["profile", "--target", tiny_dir, "--quant", "nf4", "--quant", "none", "--drafter", "ngram:3",
@@ -179,7 +179,7 @@ def test_gptq_tiny_quantizes_loads_and_runs(quant_cache, tiny_dir):
     pytest.importorskip("gptqmodel")
     from specplan.quant.checkpoint import quantize
     from specplan.quant.load import load_quantized
-    from specplan.runtime.models import load_model
+    from specplan.models.load import load_model
 
     made = quantize(tiny_dir, "gptq", calibration_limit=8)
     assert made.method.label == "gptq-w4g64"  # hidden size 64: the largest group dividing every width
@@ -199,7 +199,7 @@ def test_run_plan_on_nf4_target(quant_cache, tiny_dir, tmp_path, capsys):
     pytest.importorskip("bitsandbytes")
     import json
 
-    from specplan.cli import main
+    from specplan.cli.main import main
 
     path = tmp_path / "profile.yaml"
     assert main(["profile", "--target", tiny_dir, "--quant", "nf4", "--drafter", "ngram:3", "--quick", "--limit", "1",

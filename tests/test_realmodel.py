@@ -11,14 +11,14 @@ import dataclasses
 import pytest
 import torch
 
-from specplan.cli import main
-from specplan.prompts import spec_bench_split, stratified
+from specplan.cli.main import main
+from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime.build import build_drafter, eos_ids
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.runtime.chat import encode_prompt
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import load_model
+from specplan.models.load import load_model
 
 CPU = torch.device("cpu")
 
@@ -57,9 +57,9 @@ def test_fp32_greedy_identity_on_20_evaluation_prompts(real_target):
 
 
 def test_profile_from_another_device_is_refused(tmp_path, capsys, default_model_dir):
-    from specplan.plan import Stage, StageShape, save_plan
-    from specplan.profile import DeviceInfo, save_profile
-    from specplan.yamlio import file_sha256
+    from specplan.core.plan import Stage, StageShape, save_plan
+    from specplan.core.profile import DeviceInfo, save_profile
+    from specplan.core.yamlio import file_sha256
     from tests.test_formats import make_plan, make_profile
 
     profile = dataclasses.replace(make_profile(), device=DeviceInfo("cuda", "NVIDIA H100", "nvidia-h100"))

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.prompts import spec_bench_split, stratified
+from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime.build import eos_ids
-from specplan.runtime.chat import encode_prompt
+from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.hierarchy import HierarchyDrafter
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import load_model
+from specplan.models.load import load_model
 from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from specplan.cli import main
-from specplan.plan import load_plan
+from specplan.cli.main import main
+from specplan.core.plan import load_plan
 from specplan.planner.sku import BUILTIN_SHAPES, load_skus
-from specplan.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry,
+from specplan.core.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry,
                               load_profile, profile_from_dict, profile_to_dict, save_profile, shape_from_config)
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
@@ -130,7 +130,7 @@ def test_profiler_records_the_shape_of_a_network_and_of_its_layer_skip_view():
     """What runtime/profiler/run.py stores: model.config, with the layers a view actually keeps."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specplan.profile import shape_of_network
+    from specplan.core.profile import shape_of_network
     from specplan.runtime.drafters.layerskip import layer_skip_view
 
     config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4,

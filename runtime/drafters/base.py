@@ -7,7 +7,7 @@ from typing import Protocol
 
 import torch
 
-from specplan.errors import TreeError
+from specplan.core.errors import TreeError
 from specplan.runtime.tree import DraftTree, check_parents
 
 

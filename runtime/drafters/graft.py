@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specplan.errors import TreeError
+from specplan.core.errors import TreeError
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.tree_growth import Growth
 from specplan.runtime.tree import DraftTree

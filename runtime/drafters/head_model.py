@@ -29,7 +29,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from specplan.errors import DrafterSpecError
+from specplan.core.errors import DrafterSpecError
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_CONFIG = "head.json"

@@ -13,7 +13,7 @@ import copy
 
 import torch
 
-from specplan.errors import DrafterSpecError
+from specplan.core.errors import DrafterSpecError
 
 
 def parse_kept_layers(argument: str, num_layers: int) -> tuple[int, ...]:

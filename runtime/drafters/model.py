@@ -12,6 +12,7 @@ import torch
 
 from specplan.runtime.drafters.base import Proposal, SamplingConfig
 from specplan.runtime.sampling import target_probabilities
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import ModelSession
 
 
@@ -26,9 +27,9 @@ def choose_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torc
 
 
 class ModelDrafter:
-    def __init__(self, name: str, model: torch.nn.Module, device: torch.device):
+    def __init__(self, name: str, model: torch.nn.Module, device: torch.device, runtime: RuntimeMode = EAGER):
         self.name = name
-        self.session = ModelSession(model, device)
+        self.session = ModelSession(model, device, runtime=runtime)
 
     def reset(self) -> None:
         self.session.reset()

@@ -22,6 +22,7 @@ import torch
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.tree_growth import Children, Growth, grow_best_first, grow_static
 from specplan.runtime.sampling import target_probabilities
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import ModelSession
 from specplan.runtime.tree import DraftTree
 
@@ -115,9 +116,10 @@ def grow_tree(level_logits, root_logits: torch.Tensor, root_token: int, shape: T
 class ModelTreeDrafter:
     """Tree drafting with a causal LM over its own KV cache (``model:`` or ``layerskip:`` specs)."""
 
-    def __init__(self, name: str, model: torch.nn.Module, device: torch.device, width: int = 8):
+    def __init__(self, name: str, model: torch.nn.Module, device: torch.device, width: int = 8,
+                 runtime: RuntimeMode = EAGER):
         self.name = name
-        self.session = ModelSession(model, device)
+        self.session = ModelSession(model, device, runtime=runtime)
         self.width = width  # most ranked children per node in best-first growth
 
     def reset(self) -> None:

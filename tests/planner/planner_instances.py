@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from specplan.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
 
 MAX_N = 40
 CONTEXT = 256

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from planner_instances import linear_curve
-from specplan.errors import PlanError
+from specplan.core.errors import PlanError
 from specplan.planner import NoCandidatesError, PlannerInputError, PlannerWarning, PlanOptions, solve_plan
-from specplan.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
 
 DEVICE = DeviceInfo("cpu", "cpu", "cpu")
 

@@ -17,11 +17,11 @@ from planner_instances import (
     reference_tree_value,
     tree_parents,
 )
-from specplan.plan import Stage, StageShape
+from specplan.core.plan import Stage, StageShape
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.simulate import simulate_plan
 from specplan.planner.tree_dp import graft_model_width
-from specplan.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile, RetrievalEntry
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile, RetrievalEntry
 
 HEAD_RANKS = (0.26, 0.11, 0.05, 0.03)
 
@@ -118,8 +118,8 @@ def test_plain_latency_reference_is_the_curve():  # the brute force above reads 
 
 
 def test_a_graft_budget_the_tree_cannot_hold_is_a_plan_error():
-    from specplan.errors import PlanError
-    from specplan.plan import Plan, Prediction
+    from specplan.core.errors import PlanError
+    from specplan.core.plan import Plan, Prediction
     from specplan.planner.simulate import plan_stages
 
     shape = StageShape("tree", parents=(-1, 0, 0, 1), graft="ngram", graft_budget=2)  # only 1 node has rank >= 1

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from planner_instances import plain_latency, random_profile, reference_chain_cost, with_histograms
-from specplan.plan import Stage, StageShape
+from specplan.core.plan import Stage, StageShape
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.tree_dp import choose_tree
 
@@ -119,7 +119,7 @@ def test_middle_model_values_are_their_own_optima(seed):
     for model in profile.models:
         if model.id not in result.values or model.role == "target":
             continue
-        from specplan.profile import ModelEntry, Profile
+        from specplan.core.profile import ModelEntry, Profile
 
         demoted = tuple(ModelEntry(m.id, m.source, m.fingerprint, role="target" if m.id == model.id else "drafter",
                                    latency=m.latency) for m in profile.models)
@@ -131,7 +131,7 @@ def test_middle_model_values_are_their_own_optima(seed):
 def test_tree_to_sequence_wins_when_the_target_is_wide_expensive():
     """SpecMQuant's design: a tree verified by a middle model, then a sequence to a target whose
     T(n) grows steeply with n (4-bit dequantisation), is chosen by the DP by itself."""
-    from specplan.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile
+    from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile
 
     n = tuple(range(1, 41))
     target = ModelEntry("target-nf4", "default", "fp", quant="nf4", role="target",

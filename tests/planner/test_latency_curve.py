@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specplan.planner.latency import interpolate, latency_table, nearest_curve
-from specplan.profile import LatencyCurve, ModelEntry
+from specplan.core.profile import LatencyCurve, ModelEntry
 
 CURVE = LatencyCurve(256, (1, 2, 4, 8, 16), (10.0, 10.5, 11.0, 13.0, 17.0))
 
@@ -67,7 +67,7 @@ def test_the_planner_does_not_pay_for_a_bucket_and_leave_it_half_empty():
     import warnings
 
     from specplan.planner import PlanOptions, solve_plan
-    from specplan.profile import AcceptanceEntry, DeviceInfo, Profile, RetrievalEntry
+    from specplan.core.profile import AcceptanceEntry, DeviceInfo, Profile, RetrievalEntry
 
     curve = LatencyCurve(256, (1, 2, 4, 8, 16), (20.0, 20.2, 20.4, 23.0, 28.0))
     budgets = {}

@@ -10,7 +10,7 @@ import pytest
 from planner_instances import leviathan, linear_curve, plain_latency, random_profile, rank_vector
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.tree_dp import choose_tree
-from specplan.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile
 
 
 def two_model_profile(rng, alpha, rank_accept=()):

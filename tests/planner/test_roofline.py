@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from specplan.errors import PlanError, ProfileError
+from specplan.core.errors import PlanError, ProfileError
 from specplan.planner.calibration import compare_roofline, fit_calibration, transfer
 from specplan.planner.roofline import (PRECISIONS, ROOFLINE_WIDTHS, Calibration, forward_cost, matmul_weights,
                                        precision_for, ridge_width, roofline_curve, roofline_ms)
 from specplan.planner.sku import BUILTIN_SHAPES, get_sku, load_skus, model_shape, roofline_profile
-from specplan.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, ModelShape, Profile
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, ModelShape, Profile
 
 SMOL = BUILTIN_SHAPES["default"]  # SmolLM2-135M: 30 layers, hidden 576, 9/3 heads, vocab 49152
 LLAMA_8B = ModelShape(32, 4096, 32, 8, 128, 128256, 14336, False)  # Llama-3.1-8B's config
@@ -174,5 +174,5 @@ def test_doctests_and_purity():
     assert failures == 0 and tried > 0
     modules = ("roofline", "sku", "calibration", "sku_plans", "export", "export_engines")
     code = ("import sys; " + "; ".join(f"import specplan.planner.{m}" for m in modules)
-            + "; import specplan.deploy; assert 'torch' not in sys.modules, 'torch imported'")
+            + "; import specplan.cli.deploy; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,7 +12,7 @@ from specplan.planner.sequence import (
     expected_accepted_length,
     sequence_ms_per_token,
 )
-from specplan.profile import AcceptanceEntry
+from specplan.core.profile import AcceptanceEntry
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 0.9, 0.999, 1.0])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from planner_instances import random_profile, rank_vector, reference_accepted, with_histograms
-from specplan.profile import AcceptanceEntry
+from specplan.core.profile import AcceptanceEntry
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.simulate import SimStage, closed_form, simulate
 from specplan.planner.tree_dp import best_tree

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from planner_instances import random_profile
-from specplan.plan import load_plan, plan_from_dict, plan_to_dict, save_plan
+from specplan.core.plan import load_plan, plan_from_dict, plan_to_dict, save_plan
 from specplan.planner import PlanOptions, explain, solve_plan
 
 SEQUENCE_ONLY = PlanOptions(shapes=("sequence",), max_stages=1)

@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specplan.errors import SpecplanError
-from specplan.runtime.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
-from specplan.runtime.distill.data import TrainingSequence, target_top_logprobs
-from specplan.runtime.distill.init import build_drafter, default_layers, freeze_shared, parse_layers
-from specplan.runtime.distill.train import run_key, sequence_loss, top_k_kl, train
+from specplan.core.errors import SpecplanError
+from specplan.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
+from specplan.distill.data import TrainingSequence, target_top_logprobs
+from specplan.distill.init import build_drafter, default_layers, freeze_shared, parse_layers
+from specplan.distill.train import run_key, sequence_loss, top_k_kl, train
 from specplan.runtime.drafters.layerskip import layer_skip_view
 
 CPU = torch.device("cpu")
@@ -191,7 +191,7 @@ def tiny_config(steps: int = 4) -> DistillConfig:
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory, tiny_model_dir):
     """A drafter distilled from the tiny checkpoint (real tokenizer) in a few seconds."""
-    from specplan.runtime.distill.pipeline import run_distill
+    from specplan.distill.pipeline import run_distill
 
     output = tmp_path_factory.mktemp("distilled") / "drafter"
     threads = torch.get_num_threads()
@@ -204,8 +204,8 @@ def distilled(tmp_path_factory, tiny_model_dir):
 
 
 def test_pipeline_writes_a_checkpoint_and_manifest(distilled, tiny_model_dir):
-    from specplan.runtime.models import fingerprint, load_model
-    from specplan.yamlio import read_document
+    from specplan.models.load import fingerprint, load_model
+    from specplan.core.yamlio import read_document
 
     output, report = distilled
     assert (output / "config.json").is_file() and (output / "model.safetensors").is_file()
@@ -225,13 +225,13 @@ def test_pipeline_writes_a_checkpoint_and_manifest(distilled, tiny_model_dir):
 
 
 def test_distilled_drafter_is_lossless_as_model_drafter(distilled, tiny_model_dir, one_thread):
-    from specplan.drafter_spec import parse_drafter_spec
+    from specplan.core.drafter_spec import parse_drafter_spec
     from specplan.runtime.build import build_drafter as build_runtime_drafter
     from specplan.runtime.build import build_tree_drafter
-    from specplan.runtime.chat import encode_prompt
+    from specplan.models.chat import encode_prompt
     from specplan.runtime.drafters.base import SamplingConfig, TreeShape
     from specplan.runtime.engine import SpeculativeEngine
-    from specplan.runtime.models import load_model
+    from specplan.models.load import load_model
 
     output, _ = distilled
     target = load_model(tiny_model_dir, "float32")
@@ -247,7 +247,7 @@ def test_distilled_drafter_is_lossless_as_model_drafter(distilled, tiny_model_di
 
 
 def test_rerun_reuses_data_and_resumes(distilled, tiny_model_dir):
-    from specplan.runtime.distill.pipeline import run_distill
+    from specplan.distill.pipeline import run_distill
 
     output, _ = distilled
     data = output / "distill-cache" / "data.pt"
@@ -258,7 +258,7 @@ def test_rerun_reuses_data_and_resumes(distilled, tiny_model_dir):
 
 
 def parse(argv):
-    from specplan.runtime.distill.command import add_distill_parser
+    from specplan.cli.distill import add_distill_parser
 
     parser = argparse.ArgumentParser()
     add_distill_parser(parser.add_subparsers())
@@ -275,14 +275,14 @@ def parse(argv):
     (["--threads", "0"], "--threads"),
 ])
 def test_command_rejects_bad_input(argv, message):
-    from specplan.runtime.distill.command import command_distill
+    from specplan.cli.distill import command_distill
 
     with pytest.raises(SpecplanError, match=message):
         command_distill(parse(argv))
 
 
 def test_command_refuses_a_foreign_directory(tmp_path, tiny_model_dir):
-    from specplan.runtime.distill.command import command_distill
+    from specplan.cli.distill import command_distill
 
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SpecplanError, match="did not write"):
@@ -294,14 +294,14 @@ def test_command_refuses_a_foreign_directory(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 def test_distill_default_model_end_to_end(tmp_path):
     """The real default model: a 2-layer drafter, a few steps; it loads and is lossless in float32."""
-    from specplan.drafter_spec import parse_drafter_spec
+    from specplan.core.drafter_spec import parse_drafter_spec
     from specplan.runtime.build import build_drafter as build_runtime_drafter
     from specplan.runtime.build import eos_ids
-    from specplan.runtime.chat import encode_prompt
-    from specplan.runtime.distill.pipeline import run_distill
+    from specplan.models.chat import encode_prompt
+    from specplan.distill.pipeline import run_distill
     from specplan.runtime.drafters.base import SamplingConfig
     from specplan.runtime.engine import SpeculativeEngine
-    from specplan.runtime.models import load_model
+    from specplan.models.load import load_model
 
     config = DistillConfig(layers=(0, 29), num_layers=2,
                            data=DataConfig(train_limit=2, max_new_tokens=8, top_k=16),
@@ -330,7 +330,7 @@ def test_chunked_top_logprobs_equal_one_full_softmax():
 
 
 def test_decode_batches_bound_count_and_tokens():
-    from specplan.runtime.distill.data import decode_batches
+    from specplan.distill.data import decode_batches
 
     lengths = [10, 500, 20, 30, 400, 15, 700, 25]
     batches = decode_batches(lengths, batch_size=3, token_budget=1000)
@@ -343,8 +343,8 @@ def test_decode_batches_bound_count_and_tokens():
 
 def test_a_rerun_after_a_crash_reuses_the_decoded_answers(distilled, tiny_model_dir, monkeypatch):
     """The answers are saved before the logits pass: a rerun does not decode again."""
-    from specplan.runtime.distill import pipeline
-    from specplan.runtime.models import load_model
+    from specplan.distill import pipeline
+    from specplan.models.load import load_model
 
     output, _ = distilled
     (output / "distill-cache" / "data.pt").unlink()

@@ -9,14 +9,14 @@ import dataclasses
 import pytest
 import torch
 
-from specplan.runtime.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
-from specplan.runtime.distill.data import TrainingSequence
-from specplan.runtime.distill.head_data import HeadSequence, choose_vocabulary, coverage, target_features
-from specplan.runtime.distill.head_train import freeze_head, head_sequence_loss, new_head
-from specplan.runtime.distill.train import train
+from specplan.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
+from specplan.distill.data import TrainingSequence
+from specplan.distill.head_data import HeadSequence, choose_vocabulary, coverage, target_features
+from specplan.distill.head_train import freeze_head, head_sequence_loss, new_head
+from specplan.distill.train import train
 from specplan.runtime.drafters.head import HeadDrafter
-from specplan.runtime.profiler.acceptance import AcceptanceCounter
-from specplan.runtime.profiler.head_acceptance import replay_head
+from specplan.profiler.acceptance import AcceptanceCounter
+from specplan.profiler.head_acceptance import replay_head
 from tests.runtime.test_distill import VOCAB, four_layer_llama, synthetic_sequences
 
 CPU = torch.device("cpu")
@@ -76,7 +76,7 @@ def test_head_replay_counts_what_the_runtime_drafts(tmp_path, one_thread):
 
 @pytest.fixture(scope="module")
 def head_dir(tmp_path_factory, tiny_model_dir):
-    from specplan.runtime.distill.head_pipeline import run_head_distill
+    from specplan.distill.head_pipeline import run_head_distill
 
     output = tmp_path_factory.mktemp("head") / "head"
     config = DistillConfig(kind="head", data=DataConfig(train_limit=4, max_new_tokens=12, top_k=8, batch_size=2, dtype="float32"),
@@ -92,8 +92,8 @@ def head_dir(tmp_path_factory, tiny_model_dir):
 
 
 def test_head_pipeline_writes_a_loadable_head_and_manifest(head_dir, tiny_model_dir):
-    from specplan.errors import SpecplanError
-    from specplan.yamlio import read_document
+    from specplan.core.errors import SpecplanError
+    from specplan.core.yamlio import read_document
 
     output, report = head_dir
     assert (output / "head.safetensors").is_file() and (output / "head.json").is_file()
@@ -105,12 +105,12 @@ def test_head_pipeline_writes_a_loadable_head_and_manifest(head_dir, tiny_model_
 
 
 def test_distilled_head_is_lossless_in_plans(head_dir, tiny_model_dir, one_thread):
-    from specplan.drafter_spec import parse_drafter_spec
+    from specplan.core.drafter_spec import parse_drafter_spec
     from specplan.runtime.build import build_drafter, build_tree_drafter
-    from specplan.runtime.chat import encode_prompt
+    from specplan.models.chat import encode_prompt
     from specplan.runtime.drafters.base import SamplingConfig, TreeShape
     from specplan.runtime.engine import SpeculativeEngine
-    from specplan.runtime.models import load_model
+    from specplan.models.load import load_model
 
     output, _ = head_dir
     target = load_model(tiny_model_dir, "float32")
@@ -130,9 +130,9 @@ def test_cli_profiles_a_head_and_runs_a_head_plan_losslessly(head_dir, tiny_mode
     import dataclasses
     import json
 
-    from specplan.cli import main
-    from specplan.plan import Stage, StageShape, load_plan, save_plan
-    from specplan.profile import load_profile
+    from specplan.cli.main import main
+    from specplan.core.plan import Stage, StageShape, load_plan, save_plan
+    from specplan.core.profile import load_profile
 
     output, _ = head_dir
     profile_path = tmp_path / "profile.yaml"
@@ -156,8 +156,8 @@ def test_cli_profiles_a_head_and_runs_a_head_plan_losslessly(head_dir, tiny_mode
 
 def test_the_target_writes_its_own_prompts_reproducibly(tiny_model_dir, one_thread):
     from specplan.runtime.build import eos_ids
-    from specplan.runtime.distill.self_prompts import self_written_prompts, user_turn_prefix
-    from specplan.runtime.models import load_model
+    from specplan.distill.self_prompts import self_written_prompts, user_turn_prefix
+    from specplan.models.load import load_model
 
     target = load_model(tiny_model_dir, "float32")
     prefix = target.tokenizer.decode(user_turn_prefix(target.tokenizer))
@@ -170,9 +170,9 @@ def test_the_target_writes_its_own_prompts_reproducibly(tiny_model_dir, one_thre
 
 
 def test_distill_never_trains_on_the_profile_prompts_and_profile_warns_when_it_did(head_dir):
-    from specplan.drafter_spec import parse_drafter_spec
-    from specplan.prompts import PROFILE_PROMPTS, Prompt, drafter_training_prompts, profile_prompts
-    from specplan.runtime.profiler.run import trained_on_calibration
+    from specplan.core.drafter_spec import parse_drafter_spec
+    from specplan.core.prompts import PROFILE_PROMPTS, Prompt, drafter_training_prompts, profile_prompts
+    from specplan.profiler.run import trained_on_calibration
 
     output, _ = head_dir
     spec = parse_drafter_spec(f"head:{output}")

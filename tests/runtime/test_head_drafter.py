@@ -178,7 +178,7 @@ def test_a_saved_head_loads_with_the_same_drafts(tmp_path):
 def test_head_latency_times_the_drafters_own_call_and_leaves_the_cache_as_it_was(monkeypatch):
     """The profiler times a head as the drafter calls it (HeadSession.extend_with + top-k per row)."""
     from specplan.runtime.drafters.head import HeadSession
-    from specplan.runtime.profiler.latency import measure_head_latency
+    from specplan.profiler.latency import measure_head_latency
 
     head = tiny_head(tiny_llama("sdpa", seed=0))
     calls, lengths = [], []
@@ -199,7 +199,7 @@ def test_head_latency_times_the_drafters_own_call_and_leaves_the_cache_as_it_was
 
 def test_head_latency_with_a_verifier_times_each_call_right_after_a_verifier_step(monkeypatch):
     from specplan.runtime.drafters.head import HeadSession
-    from specplan.runtime.profiler.latency import measure_head_latency
+    from specplan.profiler.latency import measure_head_latency
 
     target = tiny_llama("sdpa", seed=0)
     head = tiny_head(target)

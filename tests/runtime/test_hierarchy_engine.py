@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.errors import PlanError
-from specplan.plan import Plan, Prediction, Stage, StageShape
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan, Prediction, Stage, StageShape
 from specplan.runtime.build import build_engine
 from specplan.runtime.drafters.base import Proposal, SamplingConfig
 from specplan.runtime.drafters.hierarchy import HierarchyDrafter

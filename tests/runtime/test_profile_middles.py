@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.prompts import spec_bench_split, stratified
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.prompts import spec_bench_split, stratified
 
 
 @pytest.mark.realmodel
 def test_profile_measures_every_cheaper_drafter_against_each_middle_model(tiny_model_dir):
-    from specplan.runtime.models import load_model
-    from specplan.runtime.profiler.run import ProfileSettings, run_profile
+    from specplan.models.load import load_model
+    from specplan.profiler.run import ProfileSettings, run_profile
 
     target = load_model(tiny_model_dir, "float32")
     specs = [parse_drafter_spec(spec) for spec in ("layerskip:2", "ngram:3", "recycle")]

@@ -12,13 +12,13 @@ from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.profiler.acceptance import (
+from specplan.profiler.acceptance import (
     AcceptanceCounter,
     chain_rounds,
     replay_model,
     tree_round_positions,
 )
-from specplan.runtime.profiler.retrieval_acceptance import replay_retrieval
+from specplan.profiler.retrieval_acceptance import replay_retrieval
 from tests.runtime.tiny_models import tiny_llama
 
 CPU = torch.device("cpu")

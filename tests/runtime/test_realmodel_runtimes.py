@@ -12,16 +12,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.prompts import spec_bench_split, stratified
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime import compiled
 from specplan.runtime.build import build_tree_drafter, eos_ids
-from specplan.runtime.chat import encode_prompt
+from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import load_model
+from specplan.models.load import load_model
 
 CPU = torch.device("cpu")
 NEW_TOKENS = 32

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.errors import SpecplanError
+from specplan.core.errors import SpecplanError
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.modes import profile_mode, session_options
+from specplan.core.runtime_modes import profile_mode, session_options
 from specplan.runtime.session import ModelSession
 from specplan.runtime.static_cache import StaticKVCache
 from specplan.runtime.tree import DraftTree

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from specplan.errors import TreeError
+from specplan.core.errors import TreeError
 from specplan.runtime import sampling, tree as tree_module, verify
 from specplan.runtime.tree import DraftTree, parents_from_path_lists, path_lists_from_parents
 

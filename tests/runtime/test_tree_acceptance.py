@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.drafter_spec import parse_drafter_spec
-from specplan.prompts import spec_bench_split, stratified
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
-from specplan.runtime.profiler.acceptance import AcceptanceCounter, tree_round_positions
-from specplan.runtime.profiler.retrieval_acceptance import replay_retrieval
+from specplan.profiler.acceptance import AcceptanceCounter, tree_round_positions
+from specplan.profiler.retrieval_acceptance import replay_retrieval
 
 PROMPT = [1, 2, 3, 10, 11, 1, 2, 3, 20, 21, 7, 1, 2]
 OUTPUT = [3, 10, 11, 1, 2, 3, 20, 5, 1, 2, 3, 20]
@@ -78,8 +78,8 @@ def test_chain_histogram_and_timing_use_the_sequence_proposal():
 
 @pytest.mark.realmodel
 def test_profile_measures_tree_statistics_for_every_drafter_kind(tiny_model_dir):
-    from specplan.runtime.models import load_model
-    from specplan.runtime.profiler.run import ProfileSettings, run_profile
+    from specplan.models.load import load_model
+    from specplan.profiler.run import ProfileSettings, run_profile
 
     target = load_model(tiny_model_dir, "float32")
     specs = [parse_drafter_spec(spec) for spec in ("layerskip:2", "ngram:3", "recycle", "cache")]

@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy import stats
 
-from specplan.errors import PlanError, TreeError
-from specplan.plan import Plan, Prediction, Stage, StageShape, plan_from_dict, plan_to_dict
-from specplan.profile import DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
+from specplan.core.errors import PlanError, TreeError
+from specplan.core.plan import Plan, Prediction, Stage, StageShape, plan_from_dict, plan_to_dict
+from specplan.core.profile import DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
 from specplan.runtime.build import build_engine
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
@@ -22,7 +22,7 @@ from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.models import LoadedModel
+from specplan.models.load import LoadedModel
 from specplan.runtime.tree import DraftTree
 from tests.runtime.test_engine import PROMPTS, reference_greedy
 from tests.runtime.tiny_models import TINY_VOCAB, tiny_llama

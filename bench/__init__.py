@@ -1,0 +1,1 @@
+"""``specplan bench``: a plan against plain decoding, transformers' peers and the grid, with its report."""

@@ -1,0 +1,148 @@
+"""``specplan bench PLAN``: argument checks, prompts, the run, the report and its plots."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from specplan.cli.options import add_runtime_option, runtime_of
+from specplan.core.contract import load_plan_and_profile
+from specplan.core.errors import SpecplanError
+from specplan.core.prompts import read_prompts, spec_bench_split, stratified
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser("bench", help="measure a plan against plain decoding, transformers' peers and the grid")
+    parser.add_argument("plan", help="plan.yaml written by `specplan plan` or `specplan profile`")
+    parser.add_argument("--prompts", help="JSONL prompts (default: Spec-Bench evaluation split)")
+    parser.add_argument("--limit", type=int, default=26, help="prompts to use, spread over categories")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt, the same for every method")
+    parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
+                        help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, grid (plain is always run)")
+    parser.add_argument("--assistant", default=None, metavar="ID",
+                        help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
+    parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
+    parser.add_argument("--grid-limit", type=int, default=4, help="prompts the grid runs on (the first, spread over categories)")
+    parser.add_argument("--grid-budgets", default="4,8,16,32",
+                        help="tree budgets of the grid: each drafter alone as the planner's best tree within each budget")
+    parser.add_argument("--grid-min-speedup", type=float, default=0.5,
+                        help="skip grid points the planner predicts slower than this fraction of plain decoding")
+    parser.add_argument("--report", default=None, help="folder for report.md, report.json and the plots")
+    parser.add_argument("--no-plots", action="store_true", help="write the report without PNG plots (no matplotlib)")
+    parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    add_runtime_option(parser)
+    parser.set_defaults(handler="bench")
+
+
+
+def _baselines(text: str) -> tuple[str, ...]:
+    from specplan.bench.run import BASELINES
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in BASELINES]
+    if unknown:
+        raise SpecplanError(f"unknown baseline(s) {', '.join(unknown)}; choose from {','.join(BASELINES)}")
+    return names
+
+
+def _gammas(text: str) -> tuple[int, ...]:
+    try:
+        if "-" in text and "," not in text:
+            low, high = (int(part) for part in text.split("-", 1))
+            gammas = tuple(range(low, high + 1))
+        else:
+            gammas = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecplanError(f"--grid-gammas {text!r} must be a range like 2-8 or a list like 2,4,8") from None
+    if not gammas or min(gammas) < 1 or max(gammas) > 16:
+        raise SpecplanError(f"--grid-gammas {text!r} must name draft lengths between 1 and 16")
+    return gammas
+
+
+def _budgets(text: str | None) -> tuple[int, ...]:
+    """Tree budgets of the grid from ``--grid-budgets 4,8,16,32`` (the default when the CLI has no such flag)."""
+    from specplan.bench.grid import GRID_BUDGETS
+
+    if text is None:
+        return GRID_BUDGETS
+    try:
+        budgets = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecplanError(f"--grid-budgets {text!r} must be a list of tree sizes like 4,8,16,32") from None
+    if not budgets or min(budgets) < 2 or max(budgets) > 64:
+        raise SpecplanError(f"--grid-budgets {text!r} must name tree budgets between 2 and 64 nodes")
+    return budgets
+
+
+def _assistant(profile, name: str | None) -> str | None:
+    """A profile drafter network's id from --assistant ID or SPEC."""
+    if name is None:
+        return None
+    for model in profile.models:
+        if model.role != "target" and name in (model.id, model.source):
+            return model.id
+    networks = [m.id for m in profile.models if m.role != "target"]
+    raise SpecplanError(f"--assistant {name!r} is not a drafter network of the profile; choose one of: "
+                        f"{', '.join(networks) or 'none (profile with --drafter layerskip:K or model:MODEL)'}")
+
+
+def _command_line(args) -> str:
+    """The command, rebuilt from the parsed arguments (every setting explicit), for the report."""
+    parts = ["specplan", "bench", args.plan]
+    if args.prompts:
+        parts += ["--prompts", args.prompts]
+    parts += ["--limit", args.limit, "--max-new-tokens", args.max_new_tokens, "--baselines", args.baselines]
+    if "grid" in args.baselines:
+        parts += ["--grid-gammas", args.grid_gammas]
+        if getattr(args, "grid_budgets", None):
+            parts += ["--grid-budgets", args.grid_budgets]
+        parts += ["--grid-limit", args.grid_limit, "--grid-min-speedup", args.grid_min_speedup]
+    for flag, value in (("--assistant", args.assistant), ("--report", args.report)):
+        if value:
+            parts += [flag, value]
+    parts += [flag for flag, on in (("--no-plots", args.no_plots), ("--force", args.force)) if on]
+    return " ".join(shlex.quote(str(part)) for part in parts)
+
+
+def command(args) -> int:
+
+    if args.limit < 1 or args.max_new_tokens < 1 or args.grid_limit < 1:
+        raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
+    baselines = _baselines(args.baselines)
+    gammas = _gammas(args.grid_gammas)
+    budgets = _budgets(getattr(args, "grid_budgets", None))  # --grid-budgets once specplan/cli.py defines it
+    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    assistant = _assistant(profile, args.assistant)
+    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
+    source = str(args.prompts) if args.prompts else "Spec-Bench evaluation split"
+    prompts = stratified(prompts, args.limit)
+    plots = bool(args.report) and not args.no_plots
+    if plots:
+        from specplan.bench.plots import require_matplotlib
+
+        require_matplotlib()  # fail before the long run, not after it
+
+    from specplan.bench.run import BenchSettings, run_bench
+    from specplan.models.load import quiet_transformers
+    from specplan.runtime.runner import PlanRunner
+
+    quiet_transformers()
+    settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
+                             grid_budgets=budgets, grid_limit=args.grid_limit,
+                             grid_min_speedup=args.grid_min_speedup, assistant=assistant)
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=runtime_of(args))
+    command = _command_line(args)
+    report = run_bench(runner, prompts, settings, command=command, prompt_source=source)
+    report.meta["plan_path"] = str(args.plan)
+    if args.report:
+        folder = Path(args.report)
+        if plots:
+            from specplan.bench.plots import write_plots
+
+            report.plots = write_plots(report, profile, plan, folder)
+        report.write(folder)
+        print(f"specplan: wrote {folder}/report.md, report.json" + (f" and {len(report.plots)} plots" if plots else ""),
+              file=sys.stderr)
+    print(report.markdown())
+    return 0

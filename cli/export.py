@@ -1,0 +1,50 @@
+"""``specplan export PLAN --engine E``: a serving engine's configuration, re-solved for what it expresses."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from specplan.core.contract import load_plan_and_profile
+from specplan.core.yamlio import file_sha256
+from specplan.planner.export import describe, engine_support, export_plan
+from specplan.planner.options import runtime_options
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser("export", help="print a serving engine's config for a plan, re-solved for the engine")
+    parser.add_argument("plan", help="plan.yaml written by `specplan plan` (with or without --sku)")
+    parser.add_argument("--engine", required=True, help="vllm | sglang | transformers | llama.cpp")
+    parser.add_argument("--max-budget", type=int, default=64, help="largest tree budget (nodes) to consider")
+    parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
+    parser.add_argument("--json", action="store_true", help="one JSON object with the config, both plans and the loss")
+    parser.set_defaults(handler="export")
+
+
+
+def command(args) -> int:
+    """``specplan export PLAN --engine E``: the engine's own config on stdout, the story on stderr."""
+    engine_support(args.engine)  # an unknown engine fails before any file is read
+    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    options = runtime_options(args.max_budget, args.max_depth, plan.temperature)
+    result = export_plan(profile, args.engine, options, profile_path=str(profile_path),
+                         profile_sha256=file_sha256(profile_path))
+    lines = describe(result)
+    if plan.device.get("source") == "roofline":
+        lines.insert(0, f"latencies modelled for {plan.device.get('sku')} (roofline), acceptance measured")
+    if args.json:
+        print(json.dumps({
+            "engine": result.engine, "config": result.config, "plan": str(args.plan),
+            "engine_plan": result.restricted.plan.summary(),
+            "engine_ms_per_token": result.restricted.plan.predicted.ms_per_token,
+            "engine_speedup": result.restricted.plan.predicted.speedup,
+            "unrestricted_plan": result.unrestricted.plan.summary(),
+            "unrestricted_ms_per_token": result.unrestricted.plan.predicted.ms_per_token,
+            "loss": result.loss, "left_out": list(result.excluded), "notes": list(result.notes),
+        }))
+    else:
+        print(result.config)
+    for line in lines:
+        sys.stderr.write(f"specplan: {line}\n")
+    return 0
+

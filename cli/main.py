@@ -1,0 +1,63 @@
+"""The ``specplan`` command line: profile, plan, run, bench, roofline, export, quantize, distill
+(docs/formats.md, "Command line"). One module per verb, each with ``add_parser`` and ``command``.
+
+Exit codes: 0 success; 2 bad input (one line on stderr saying what to change); 1 an
+internal failure. Heavy imports (torch, transformers) happen inside the verbs' commands so
+that argument errors and ``specplan plan`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import warnings
+
+from specplan.cli.options import show_warning
+from specplan.core.errors import SpecplanError
+
+VERBS = ("profile", "plan", "run", "bench", "roofline", "export", "quantize", "distill")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"specplan: error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def _verb(name: str):
+    return importlib.import_module(f"specplan.cli.{name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specplan", description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show library warnings and log lines")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in VERBS:
+        _verb(name).add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    warnings.showwarning = show_warning
+    try:
+        return _verb(args.handler).command(args)
+    except SpecplanError as error:
+        sys.stderr.write(f"specplan: error: {error}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("specplan: interrupted\n")
+        return 130
+    except Exception as error:  # an internal failure: say so in one line unless debugging
+        if os.environ.get("SPECPLAN_DEBUG"):
+            raise
+        sys.stderr.write(f"specplan: internal error: {type(error).__name__}: {error} (set SPECPLAN_DEBUG=1 for a traceback)\n")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

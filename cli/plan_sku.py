@@ -1,0 +1,103 @@
+"""``specplan plan PROFILE --sku NAME|all``: plans for a named device from the SKU table:
+measured acceptance, roofline latency (README, "Planning for other devices").
+
+No torch: the pure planner plus file I/O. Bad input (an unknown SKU, a profile without model
+shapes) is a SpecplanError: one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from specplan.core.errors import SpecplanError
+from specplan.core.plan import save_plan
+from specplan.core.profile import Profile, load_profile, save_profile
+from specplan.core.yamlio import file_sha256
+from specplan.planner import explain
+from specplan.planner.calibration import fit_calibration, transfer
+from specplan.planner.options import runtime_options
+from specplan.planner.roofline import Calibration
+from specplan.planner.sku import get_sku, load_skus, roofline_profile
+from specplan.planner.sku_plans import calibration_record, plan_for_sku, summary_table
+
+
+MODELLED_PROFILE = "roofline-profile.yaml"  # beside each SKU plan; never the measured profile.yaml
+
+
+
+def _calibration(args, profile: Profile, skus: dict, sku: str):
+    """The roofline calibration the flags ask for: --efficiency E, --fit-efficiency, or none."""
+
+    if getattr(args, "efficiency", None) is not None:
+        if not 0 < args.efficiency <= 1:
+            raise SpecplanError(f"--efficiency must be a fraction of peak in (0, 1], got {args.efficiency}")
+        return Calibration(args.efficiency, args.efficiency, source="given")
+    if not getattr(args, "fit_efficiency", False):
+        return None
+    measured_on = profile.device.sku
+    if measured_on not in skus or profile.device.source != "measured":
+        raise SpecplanError(f"--fit-efficiency needs a profile measured on a SKU of the table (this one: "
+                            f"{measured_on}, {profile.device.source}); known: {', '.join(skus)}")
+    fitted = fit_calibration(profile, skus[measured_on], label=f"{args.profile}@{measured_on}")
+    return fitted if sku == measured_on else transfer(fitted)
+
+
+
+def _write_sku_plan(profile: Profile, profile_path: Path, sku_name: str, skus: dict, plan_path: Path, args):
+
+    calibration = _calibration(args, profile, skus, sku_name)
+    modelled = roofline_profile(profile, skus[sku_name], calibration)
+    provenance = {"measured_profile": os.path.relpath(profile_path.resolve(), plan_path.resolve().parent),
+                  "measured_sha256": file_sha256(profile_path), "sku": sku_name,
+                  "calibration": calibration_record(calibration),
+                  "kept_measured": "acceptance and retrieval ms_per_call (host-side lookups) as measured"}
+    modelled = replace(modelled, calibration={**modelled.calibration, "roofline": provenance})
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    modelled_path = plan_path.with_name(MODELLED_PROFILE)
+    save_profile(modelled, modelled_path)
+    row = plan_for_sku(profile, skus[sku_name], runtime_options(args.max_budget, args.max_depth, args.temperature), calibration,
+                       profile_path=MODELLED_PROFILE,
+                       profile_sha256=file_sha256(modelled_path))
+    save_plan(row.result.plan, plan_path)
+    return row
+
+
+
+def command_plan_sku(args) -> int:
+    """``specplan plan PROFILE --sku NAME|all``: modelled plans from the SKU table."""
+
+    if not args.sku:
+        raise SpecplanError("--efficiency and --fit-efficiency apply to SKU plans; add --sku NAME (or --sku all)")
+    if args.efficiency is not None and args.fit_efficiency:
+        raise SpecplanError("give either --efficiency E or --fit-efficiency, not both")
+    profile_path = Path(args.profile)
+    profile = load_profile(profile_path)
+    skus = load_skus(args.skus)
+    names = list(skus) if args.sku == "all" else [get_sku(args.sku, skus).sku]
+    if args.sku == "all":
+        folder = Path(args.output) if args.output else profile_path.parent / "sku-plans"
+        targets = {name: folder / name / "plan.yaml" for name in names}
+    else:
+        folder = None
+        default = profile_path.parent / names[0] / "plan.yaml"
+        targets = {names[0]: Path(args.output) if args.output else default}
+    rows = []
+    for name, plan_path in targets.items():
+        row = _write_sku_plan(profile, profile_path, name, skus, plan_path, args)
+        rows.append(row)
+        predicted = row.result.plan.predicted
+        print(f"specplan: wrote {plan_path} (modelled: roofline of {name}): {row.result.plan.summary()}; "
+              f"predicted {predicted.tokens_per_s:.1f} tok/s, {predicted.speedup:.2f}x over plain decoding")
+        if args.explain:
+            print(explain(row.result))
+    if folder is not None:
+        table = summary_table(rows)
+        (folder / "summary.md").write_text(
+            f"# Plans per SKU from {profile_path} (modelled: measured acceptance, roofline latency)\n\n{table}\n",
+            encoding="utf-8")
+        print(table)
+        print(f"specplan: wrote {folder / 'summary.md'}")
+    return 0
+

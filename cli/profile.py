@@ -1,0 +1,69 @@
+"""``specplan profile``: measure latency curves and acceptance, write profile.yaml, then solve plan.yaml."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from specplan.cli.options import add_runtime_option, resolve_dtype, runtime_of
+from specplan.cli.plan import solve_and_write
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.errors import SpecplanError
+from specplan.core.profile import save_profile
+from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts, stratified
+
+DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser("profile", help="measure latency curves and acceptance, then write plan.yaml")
+    parser.add_argument("--target", default="default", help="MODEL: `default`, a .gguf file, a directory or a hub id")
+    parser.add_argument("--drafter", action="append", default=None, metavar="SPEC",
+                        help="model:MODEL | layerskip:K | layerskip:0,2,4 | ngram:N (repeatable)")
+    parser.add_argument("--quant", action="append", default=None, choices=["none", "nf4", "gptq"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--prompts", help="JSONL calibration prompts (default: Spec-Bench calibration split)")
+    parser.add_argument("--limit", type=int, default=None, help="calibration prompts to use (default 40, --quick 13)")
+    parser.add_argument("--quick", action="store_true", help="trimmed calibration: a few minutes on 2 CPU cores")
+    parser.add_argument("--no-plan", action="store_true", help="do not solve and write plan.yaml afterwards")
+    parser.add_argument("-o", "--output", default="profile.yaml")
+    add_runtime_option(parser)
+    parser.set_defaults(handler="profile")
+
+
+def command(args) -> int:
+    specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
+    from specplan.quant.methods import normalize_quants
+
+    quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (README, "4-bit targets")
+    if args.limit is not None and args.limit < 1:
+        raise SpecplanError("--limit must be at least 1")
+    limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
+    prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else profile_prompts(limit)
+    import torch  # noqa: F401 - heavy imports only once the arguments are known to be good
+
+    from specplan.models.load import load_model, quiet_transformers
+    from specplan.profiler.run import ProfileSettings, run_profile
+    from specplan.runtime.timing import pick_device
+
+    quiet_transformers()
+    device = pick_device(args.device)
+    settings = ProfileSettings.quick() if args.quick else ProfileSettings()
+    settings = replace(settings, runtime=runtime_of(args))
+    if args.prompts:
+        settings = replace(settings, prompts_label=str(args.prompts))
+    if quants == ["none"]:
+        target = load_model(args.target, resolve_dtype(args.dtype), str(device))
+        profile = run_profile(target, specs, prompts, device, settings)
+    else:
+        from specplan.profiler.variants import profile_variants
+
+        profile = profile_variants(args.target, quants, specs, prompts, device, settings, resolve_dtype(args.dtype))
+    save_profile(profile, args.output)
+    print(f"specplan: wrote {args.output}")
+    if not args.no_plan:
+        plan_path = Path(args.output).with_name("plan.yaml")
+        solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
+    return 0
+

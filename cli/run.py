@@ -1,0 +1,64 @@
+"""``specplan run PLAN``: execute a plan losslessly on a prompt or a JSONL of prompts."""
+
+from __future__ import annotations
+
+import json
+
+from specplan.api import Runner
+from specplan.cli.options import add_runtime_option, runtime_of
+from specplan.core.errors import SpecplanError
+from specplan.core.prompts import Prompt, read_prompts
+
+DEMO_PROMPT = "Explain in a few sentences why the sky is blue, then repeat the key reason in one line."
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser("run", help="execute plan.yaml losslessly")
+    parser.add_argument("plan", help="plan.yaml written by `specplan plan` or `specplan profile`")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="prompt text (default: a built-in demo prompt)")
+    source.add_argument("--prompts", help="JSONL with `prompt` or `turns` per line")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=None, help="default: the plan's temperature")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="one JSON object per prompt on stdout")
+    parser.add_argument("--stream", action="store_true", help="print text as it is committed")
+    parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
+    parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    add_runtime_option(parser)
+    parser.set_defaults(handler="run")
+
+
+
+def _run_prompts(args) -> list[Prompt]:
+    if args.prompts:
+        return read_prompts(args.prompts)
+    text = DEMO_PROMPT if args.prompt is None else args.prompt
+    if not text.strip():
+        raise SpecplanError("the prompt is empty; pass --prompt TEXT with some text or --prompts FILE")
+    return [Prompt("prompt", "prompt", text)]
+
+
+
+def command(args) -> int:
+    if args.max_new_tokens < 1:
+        raise SpecplanError("--max-new-tokens must be at least 1")
+    if args.temperature is not None and args.temperature < 0:
+        raise SpecplanError("--temperature must be >= 0")
+    if not 0.0 < args.top_p <= 1.0:
+        raise SpecplanError("--top-p must be in (0, 1]")
+    prompts = _run_prompts(args)
+    runner = Runner.open(args.plan, runtime=runtime_of(args), force=args.force)
+    for prompt in prompts:
+        result = runner.generate(prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                 top_p=args.top_p, seed=args.seed, stream=args.stream and not args.json,
+                                 compare_plain=args.compare_plain)
+        if args.json:
+            print(json.dumps({**result.as_record(), "plan": str(args.plan)}, ensure_ascii=False), flush=True)
+        else:
+            if not args.stream:
+                print(result.text)
+            print(runner.summary_line(result), flush=True)
+    return 0
+

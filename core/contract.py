@@ -1,0 +1,52 @@
+"""A plan is a contract: it runs only where its profile was measured, on the same weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specplan.core.errors import PlanError, ProfileError
+from specplan.core.plan import Plan, load_plan
+from specplan.core.profile import DeviceInfo, Profile, load_profile
+from specplan.core.yamlio import file_sha256
+
+
+def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info: DeviceInfo, target_fingerprint: str, force: bool) -> None:
+    """Refuse (ProfileError) a plan whose profile, device or target weights changed, unless ``force``."""
+    if force:
+        return
+    if plan.profile_sha256 and file_sha256(profile_path) != plan.profile_sha256:
+        raise ProfileError(f"{profile_path} changed since the plan was solved; re-run `specplan plan {profile_path}` (or --force)")
+    if profile.device.sku != device_info.sku or profile.device.kind != device_info.kind:
+        raise ProfileError(
+            f"the profile was measured on {profile.device.kind}/{profile.device.sku}, this is "
+            f"{device_info.kind}/{device_info.sku}; re-profile here with `specplan profile` (or --force)"
+        )
+    planned_sku = plan.device.get("sku")
+    if planned_sku and planned_sku != device_info.sku:
+        raise ProfileError(
+            f"the plan was solved for {planned_sku}, this device is {device_info.sku}; "
+            "solve a plan for this device with `specplan plan` (or --force)"
+        )
+    if profile.target.fingerprint and profile.target.fingerprint != target_fingerprint:
+        raise ProfileError("the target's weights differ from the profiled ones; re-profile with `specplan profile` (or --force)")
+
+
+def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
+    """The plan, the profile it was solved from, and that profile's path."""
+    plan = load_plan(plan_path)
+    profile_path = Path(plan.profile_path)
+    if not profile_path.is_absolute():
+        profile_path = Path(plan_path).resolve().parent / profile_path
+    if not profile_path.is_file():
+        raise PlanError(f"plan refers to profile {profile_path}, which does not exist; re-run `specplan profile`")
+    profile = load_profile(profile_path)
+    known = {model.id for model in profile.models} | {entry.id for entry in profile.retrieval}
+    for stage in plan.stages:
+        for name in (stage.drafter, stage.verifier):
+            if name not in known:
+                raise PlanError(f"plan names {name!r} but its profile {profile_path} has no such model or drafter; "
+                                f"re-run `specplan plan {profile_path}`")
+    if plan.target != profile.target.id:
+        raise PlanError(f"plan's target {plan.target!r} is not the profile's target {profile.target.id!r}; re-run `specplan plan`")
+    return plan, profile, profile_path
+

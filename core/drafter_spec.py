@@ -1,0 +1,75 @@
+"""Parse ``--drafter SPEC`` strings (formats.md) into a kind, an argument and a stable id.
+
+Kinds: ``model:MODEL`` (a smaller model sharing the tokenizer), ``head:DIR`` (a draft head
+over the target's hidden states, made by ``specplan distill --kind head``; EAGLE, arXiv
+2401.15077), ``layerskip:K`` or
+``layerskip:0,2,4`` (self-speculation on the target's layers), ``ngram:N`` (prompt lookup),
+``recycle`` (Token Recycling, arXiv 2408.08696) and ``cache`` (Cacheback, arXiv 2511.21699),
+retrieval tables that take no argument. No torch here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from specplan.core.errors import DrafterSpecError
+
+KINDS = ("model", "head", "layerskip", "ngram", "recycle", "cache")
+RUNNABLE = KINDS
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    kind: str
+    argument: str
+    source: str  # the spec as written
+
+    @property
+    def id(self) -> str:
+        if self.kind == "ngram":
+            return f"ngram-{self.argument}"
+        if self.kind == "layerskip":
+            return "layerskip-" + self.argument.replace(",", "-").replace(" ", "")
+        if self.kind in ("model", "head"):
+            stem = Path(self.argument.rstrip("/")).name or self.argument
+            return f"{self.kind}-" + re.sub(r"[^A-Za-z0-9._-]+", "-", stem.removesuffix(".gguf"))
+        return self.kind
+
+    @property
+    def is_retrieval(self) -> bool:
+        return self.kind in ("ngram", "recycle", "cache")
+
+
+def parse_drafter_spec(spec: str) -> DrafterSpec:
+    """Parse one SPEC; raise DrafterSpecError with the accepted forms otherwise.
+
+    >>> parse_drafter_spec("ngram:3").id
+    'ngram-3'
+    >>> parse_drafter_spec("layerskip:0,2,4").id
+    'layerskip-0-2-4'
+    >>> parse_drafter_spec("recycle").id, parse_drafter_spec("cache").is_retrieval
+    ('recycle', True)
+    """
+    kind, _, argument = spec.partition(":")
+    kind = kind.strip()
+    usage = "use model:MODEL, head:DIR, layerskip:K, layerskip:0,2,4,..., ngram:N, recycle or cache"
+    if kind not in KINDS:
+        raise DrafterSpecError(f"unknown drafter spec {spec!r}; {usage}")
+    if kind not in RUNNABLE:
+        raise DrafterSpecError(f"drafter {kind!r} is not available in this version of specplan yet; {usage}")
+    if kind == "ngram":
+        if not argument.isdigit() or not 1 <= int(argument) <= 8:
+            raise DrafterSpecError(f"drafter spec {spec!r}: N must be an integer from 1 to 8, e.g. ngram:3")
+    elif kind == "layerskip":
+        if not re.fullmatch(r"\d+(,\d+)*", argument.replace(" ", "")):
+            raise DrafterSpecError(f"drafter spec {spec!r}: use layerskip:K (first K layers) or layerskip:0,2,4")
+    elif kind in ("recycle", "cache"):
+        if argument or ":" in spec:
+            raise DrafterSpecError(f"drafter spec {spec!r}: {kind} takes no argument; write just `{kind}`")
+    elif kind == "head" and not argument:
+        raise DrafterSpecError(f"drafter spec {spec!r} names no directory; use head:DIR (made by `specplan distill --kind head`)")
+    elif not argument:
+        raise DrafterSpecError(f"drafter spec {spec!r} names no model; use model:PATH_OR_ID")
+    return DrafterSpec(kind, argument.replace(" ", ""), spec)

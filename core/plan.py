@@ -1,0 +1,200 @@
+"""plan.yaml: the configuration the planner chose (formats.md). A plan is a contract:
+``specplan run`` executes exactly the stages it lists.
+
+Stages are listed bottom (first drafter) to top (verified by the target). No stages means
+plain decoding of the target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specplan.core.errors import PlanError
+from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
+
+SHAPE_KINDS = ("sequence", "tree")
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """Draft shape of one stage.
+
+    ``sequence``: a chain of ``gamma`` draft tokens. ``tree``: either an explicit
+    ``parents`` array (static, e.g. the Sequoia DP tree; node 0 is the root = last committed
+    token) or ``budget`` nodes grown to ``depth`` (``dynamic``: best-first at run time).
+    ``graft`` (tree stages only; Graft, arXiv 2605.20104): the id of a retrieval drafter
+    whose tree takes up to ``graft_budget`` of the stage's nodes, pruned from the model tree
+    by confidence, so that the node count stays the shape's.
+    """
+
+    kind: str
+    gamma: int = 0
+    budget: int = 0
+    depth: int = 0
+    dynamic: bool = False
+    parents: tuple[int, ...] = ()
+    graft: str = ""
+    graft_budget: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in SHAPE_KINDS:
+            raise PlanError(f"shape kind {self.kind!r} is not one of {', '.join(SHAPE_KINDS)}")
+        if self.kind == "sequence" and self.gamma < 1:
+            raise PlanError(f"sequence shape needs gamma >= 1 (got {self.gamma}); fix the plan")
+        if self.kind == "tree":
+            if self.parents:
+                validate_parents(self.parents)
+            elif self.budget < 1 or self.depth < 1:
+                raise PlanError("tree shape needs `parents` or budget >= 1 and depth >= 1; fix the plan")
+        if self.graft or self.graft_budget:
+            size = len(self.parents) or self.budget
+            if self.kind != "tree" or not self.graft or not 1 <= self.graft_budget < size:
+                raise PlanError(
+                    f"a graft needs a tree shape, a retrieval drafter id and 1 <= graft_budget < {size} nodes "
+                    f"(got kind {self.kind}, graft {self.graft!r}, graft_budget {self.graft_budget}); fix the plan"
+                )
+
+
+def validate_parents(parents: tuple[int, ...] | list[int]) -> None:
+    """A parent array is a tree iff parents[0] == -1 and 0 <= parents[i] < i for i >= 1."""
+    if not parents or parents[0] != -1:
+        raise PlanError("tree parents must start with -1 (node 0 is the root); fix the plan")
+    for index, parent in enumerate(parents[1:], start=1):
+        if not 0 <= parent < index:
+            raise PlanError(
+                f"tree parents[{index}] = {parent} is not an earlier node (need 0 <= parent < {index}); "
+                "a parent must come before its child"
+            )
+
+
+@dataclass(frozen=True)
+class Stage:
+    drafter: str
+    verifier: str
+    shape: StageShape
+
+
+@dataclass(frozen=True)
+class Prediction:
+    ms_per_token: float
+    tokens_per_s: float
+    speedup: float
+    accepted_per_target_forward: float
+
+
+@dataclass(frozen=True)
+class Alternative:
+    summary: str
+    ms_per_token: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile_path: str
+    profile_sha256: str
+    device: dict[str, str]
+    target: str
+    temperature: float
+    stages: tuple[Stage, ...]
+    predicted: Prediction
+    alternatives: tuple[Alternative, ...] = ()
+    solver: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def summary(self) -> str:
+        if not self.stages:
+            return f"{self.target} plain decoding"
+        parts = []
+        for stage in self.stages:
+            shape = stage.shape
+            if shape.kind == "sequence":
+                parts.append(f"{stage.drafter} -> {stage.verifier} (sequence gamma {shape.gamma})")
+            else:
+                size = len(shape.parents) if shape.parents else shape.budget
+                how = "dynamic" if shape.dynamic else "static"
+                graft = f", {shape.graft_budget} grafted from {shape.graft}" if shape.graft else ""
+                parts.append(f"{stage.drafter} -> {stage.verifier} ({how} tree {size} nodes{graft})")
+        return "; ".join(parts)
+
+
+def _shape(raw: dict[str, Any]) -> StageShape:
+    return StageShape(
+        kind=str(raw["kind"]),
+        gamma=int(raw.get("gamma", 0)),
+        budget=int(raw.get("budget", 0)),
+        depth=int(raw.get("depth", 0)),
+        dynamic=bool(raw.get("dynamic", False)),
+        parents=tuple(int(v) for v in raw.get("parents") or ()),
+        graft=str(raw.get("graft") or ""),
+        graft_budget=int(raw.get("graft_budget", 0)),
+    )
+
+
+def plan_from_dict(document: dict[str, Any]) -> Plan:
+    """Build a :class:`Plan` from a parsed mapping; PlanError names the bad field."""
+    try:
+        stages = tuple(
+            Stage(str(s["drafter"]), str(s["verifier"]), _shape(s["shape"])) for s in document.get("stages") or ()
+        )
+        predicted = Prediction(**{k: float(v) for k, v in document["predicted"].items() if k in Prediction.__annotations__})
+        plan = Plan(
+            profile_path=str(document["profile"]["path"]),
+            profile_sha256=str(document["profile"].get("sha256", "")),
+            device={str(k): str(v) for k, v in (document.get("device") or {}).items()},
+            target=str(document["target"]),
+            temperature=float(document.get("temperature", 0.0)),
+            stages=stages,
+            predicted=predicted,
+            alternatives=tuple(
+                Alternative(str(a["summary"]), float(a["ms_per_token"])) for a in document.get("alternatives") or ()
+            ),
+            solver=dict(document.get("solver") or {}),
+        )
+    except PlanError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PlanError(f"plan is missing or has a malformed field ({exc}); regenerate it with `specplan plan`") from None
+    if math.isnan(plan.temperature) or plan.temperature < 0:
+        raise PlanError(f"plan temperature {plan.temperature} must be >= 0")
+    for lower, upper in zip(stages, stages[1:]):
+        if lower.verifier != upper.drafter:
+            raise PlanError(
+                f"stage verifying {lower.verifier!r} is followed by a stage drafted by {upper.drafter!r}; "
+                "each stage's verifier must draft the stage above"
+            )
+    if stages and stages[-1].verifier != plan.target:
+        raise PlanError(f"the last stage must be verified by the target {plan.target!r}, not {stages[-1].verifier!r}")
+    return plan
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    stages = []
+    for stage in plan.stages:
+        shape = {k: v for k, v in asdict(stage.shape).items() if v not in (0, False, (), "")}
+        shape["kind"] = stage.shape.kind
+        if stage.shape.parents:
+            shape["parents"] = list(stage.shape.parents)
+        shape = {"kind": shape.pop("kind"), **shape}
+        stages.append({"drafter": stage.drafter, "verifier": stage.verifier, "shape": shape})
+    return {
+        "schema_version": plan.schema_version,
+        "profile": {"path": plan.profile_path, "sha256": plan.profile_sha256},
+        "device": dict(plan.device),
+        "target": plan.target,
+        "temperature": plan.temperature,
+        "stages": stages,
+        "predicted": {k: round(v, 4) for k, v in asdict(plan.predicted).items()},
+        "alternatives": [{"summary": a.summary, "ms_per_token": round(a.ms_per_token, 4)} for a in plan.alternatives],
+        "solver": dict(plan.solver),
+    }
+
+
+def load_plan(path: str | Path) -> Plan:
+    return plan_from_dict(read_document(path, "plan", PlanError))
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    write_document(path, plan_to_dict(plan))

@@ -1,0 +1,286 @@
+"""profile.yaml: what was measured on a device (formats.md).
+
+Latency curves T_m(n) per model and precision, retrieval drafter costs, and acceptance
+statistics per (drafter, verifier, temperature). Plain frozen dataclasses; YAML only
+serialises them. No torch here: the planner reads these types.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specplan.core.errors import ProfileError
+from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: str  # cpu | cuda
+    name: str  # human readable, e.g. "AMD EPYC (2 threads)"
+    sku: str  # cpu | h100-sxm | ...
+    source: str = "measured"  # measured | roofline
+
+
+@dataclass(frozen=True)
+class LatencyCurve:
+    """ms for one forward of n new tokens over ``context`` cached tokens."""
+
+    context: int
+    n: tuple[int, ...]
+    ms: tuple[float, ...]
+    source: str = "measured"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture numbers the roofline latency model reads (``planner/roofline.py``).
+
+    Recorded by the profiler from ``model.config`` (``source: config``); a layer-skip view
+    records the layers it keeps. ``parameters``: all weights, embeddings included (0 when
+    not recorded; the roofline then counts them from the other fields).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    intermediate: int
+    tied_embeddings: bool = True
+    parameters: int = 0
+    source: str = "config"  # config | builtin (a known model's published config)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    id: str  # the name plans use
+    source: str  # what --target / model: / layerskip: said
+    fingerprint: str
+    quant: str = "none"  # none | nf4 | gptq-w4g128
+    dtype: str = "float32"
+    role: str = "drafter"  # target | drafter | variant (another precision of the target, latency only)
+    latency: tuple[LatencyCurve, ...] = ()
+    base: str | None = None  # id of the model whose weights this one shares
+    mode: str = "eager"  # eager | compiled: what the runtime measured
+    shape: ModelShape | None = None  # architecture, for roofline latency on other devices
+
+
+@dataclass(frozen=True)
+class RetrievalEntry:
+    id: str  # e.g. ngram-3
+    source: str  # e.g. ngram:3
+    ms_per_call: float
+
+
+@dataclass(frozen=True)
+class AcceptanceEntry:
+    """Acceptance of ``drafter``'s tokens by ``verifier`` at ``temperature``.
+
+    ``alpha``: per-token acceptance in chain drafting; ``accepted_hist[a]``: how many
+    gamma-chains had exactly ``a`` draft tokens accepted (bonus not counted), a = 0..gamma;
+    ``rank_accept[k]``: probability that the (k+1)-th ranked child is the accepted one
+    (Sequoia arXiv 2402.12374); ``retrieval_rank_accept``: the same for retrieved extra
+    siblings with the model's siblings present (Graft arXiv 2605.20104).
+    """
+
+    drafter: str
+    verifier: str
+    temperature: float
+    alpha: float
+    gamma: int
+    accepted_hist: tuple[int, ...] = ()
+    rank_accept: tuple[float, ...] = ()
+    retrieval_rank_accept: tuple[float, ...] = ()
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    device: DeviceInfo
+    models: tuple[ModelEntry, ...]
+    acceptance: tuple[AcceptanceEntry, ...]
+    retrieval: tuple[RetrievalEntry, ...] = ()
+    created: str = ""
+    software: dict[str, str] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def target(self) -> ModelEntry:
+        for model in self.models:
+            if model.role == "target":
+                return model
+        raise ProfileError("profile has no model with role: target; re-run `specplan profile`")
+
+    def model(self, model_id: str) -> ModelEntry | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+    def retrieval_entry(self, drafter_id: str) -> RetrievalEntry | None:
+        return next((r for r in self.retrieval if r.id == drafter_id), None)
+
+    def acceptance_for(self, drafter: str, verifier: str, temperature: float) -> AcceptanceEntry | None:
+        """The entry for the pair at this temperature, or at the nearest measured one."""
+        entries = [a for a in self.acceptance if a.drafter == drafter and a.verifier == verifier]
+        if not entries:
+            return None
+        return min(entries, key=lambda a: abs(a.temperature - temperature))
+
+    def drafter_ids(self) -> list[str]:
+        return [m.id for m in self.models if m.role == "drafter"] + [r.id for r in self.retrieval]
+
+
+def _probability(value: Any, where: str) -> float:
+    number = float(value)
+    if math.isnan(number) or number < 0.0 or number > 1.0:
+        raise ProfileError(f"{where} = {value!r} is not a probability in [0, 1]; re-profile")
+    return number
+
+
+def _curve(raw: dict[str, Any], where: str) -> LatencyCurve:
+    n = tuple(int(v) for v in raw["n"])
+    ms = tuple(float(v) for v in raw["ms"])
+    if len(n) != len(ms) or not n:
+        raise ProfileError(f"{where}: n and ms must be non-empty lists of equal length")
+    if any(v <= 0 or math.isnan(v) for v in ms) or list(n) != sorted(set(n)):
+        raise ProfileError(f"{where}: ms must be positive and n strictly increasing")
+    return LatencyCurve(int(raw.get("context", 0)), n, ms, str(raw.get("source", "measured")))
+
+
+def _shape(raw: dict[str, Any] | None, where: str) -> ModelShape | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}.shape must be a mapping (layers, hidden, heads, ...); regenerate the profile")
+    values = {k: v for k, v in raw.items() if k in ModelShape.__annotations__}
+    for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "intermediate", "parameters"):
+        if key in values:
+            values[key] = int(values[key])
+            if values[key] < (0 if key == "parameters" else 1):
+                raise ProfileError(f"{where}.shape.{key} = {raw[key]!r} must be a positive integer")
+    values["tied_embeddings"] = bool(values.get("tied_embeddings", True))
+    values["source"] = str(values.get("source", "config"))
+    return ModelShape(**values)
+
+
+def shape_from_config(config: Any, layers: int | None = None, parameters: int = 0) -> ModelShape | None:
+    """A :class:`ModelShape` from a Hugging Face config object (read by attribute, no torch).
+
+    ``layers`` overrides ``num_hidden_layers`` (a layer-skip view keeps fewer). Returns None
+    when the config lacks the fields of a decoder-only transformer.
+    """
+    try:
+        heads = int(config.num_attention_heads)
+        hidden = int(config.hidden_size)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        return ModelShape(
+            layers=int(layers if layers is not None else config.num_hidden_layers),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+            head_dim=head_dim,
+            vocab=int(config.vocab_size),
+            intermediate=int(config.intermediate_size),
+            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            parameters=int(parameters),
+        )
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def shape_of_network(network: Any) -> ModelShape | None:
+    """The shape of a causal-LM module: its config, with the decoder layers it actually holds
+    (``network.model.layers``; a layer-skip view holds fewer than its config says)."""
+    layers = getattr(getattr(network, "model", None), "layers", None)
+    return shape_from_config(getattr(network, "config", None), len(layers) if layers is not None else None)
+
+
+def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
+    where = f"acceptance[{index}]"
+    return AcceptanceEntry(
+        drafter=str(raw["drafter"]),
+        verifier=str(raw["verifier"]),
+        temperature=float(raw.get("temperature", 0.0)),
+        alpha=_probability(raw["alpha"], f"{where}.alpha"),
+        gamma=int(raw.get("gamma", 0)),
+        accepted_hist=tuple(int(v) for v in raw.get("accepted_hist") or ()),
+        rank_accept=tuple(_probability(v, f"{where}.rank_accept") for v in raw.get("rank_accept") or ()),
+        retrieval_rank_accept=tuple(
+            _probability(v, f"{where}.retrieval_rank_accept") for v in raw.get("retrieval_rank_accept") or ()
+        ),
+        samples=int(raw.get("samples", 0)),
+    )
+
+
+def profile_from_dict(document: dict[str, Any]) -> Profile:
+    """Build a :class:`Profile` from a parsed YAML mapping; raise ProfileError naming the bad field."""
+    try:
+        device = DeviceInfo(**{k: str(v) for k, v in document["device"].items() if k in DeviceInfo.__annotations__})
+        models = tuple(
+            ModelEntry(
+                id=str(m["id"]),
+                source=str(m["source"]),
+                fingerprint=str(m.get("fingerprint", "")),
+                quant=str(m.get("quant", "none")),
+                dtype=str(m.get("dtype", "float32")),
+                role=str(m.get("role", "drafter")),
+                latency=tuple(_curve(c, f"models[{m['id']}].latency") for c in m.get("latency") or ()),
+                base=m.get("base"),
+                mode=str(m.get("mode", "eager")),
+                shape=_shape(m.get("shape"), f"models[{m['id']}]"),
+            )
+            for m in document["models"]
+        )
+        retrieval = tuple(
+            RetrievalEntry(str(r["id"]), str(r["source"]), float(r["ms_per_call"]))
+            for r in document.get("retrieval") or ()
+        )
+        acceptance = tuple(_acceptance(a, i) for i, a in enumerate(document.get("acceptance") or ()))
+    except ProfileError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProfileError(f"profile is missing or has a malformed field ({exc}); regenerate it with `specplan profile`") from None
+    if not models:
+        raise ProfileError("profile lists no models; regenerate it with `specplan profile`")
+    profile = Profile(
+        device=device,
+        models=models,
+        acceptance=acceptance,
+        retrieval=retrieval,
+        created=str(document.get("created", "")),
+        software={str(k): str(v) for k, v in (document.get("software") or {}).items()},
+        calibration=dict(document.get("calibration") or {}),
+    )
+    profile.target  # noqa: B018 - validates that a target exists
+    return profile
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """The YAML mapping of a profile, ``schema_version`` first."""
+    document = asdict(profile)
+    document = {"schema_version": document.pop("schema_version"), **document}
+    for model in document["models"]:
+        for curve in model["latency"]:
+            curve["n"], curve["ms"] = list(curve["n"]), [round(v, 4) for v in curve["ms"]]
+        model["latency"] = list(model["latency"])
+        if model.get("shape") is None:
+            model.pop("shape", None)
+    for entry in document["acceptance"]:
+        for key in ("accepted_hist", "rank_accept", "retrieval_rank_accept"):
+            entry[key] = [round(v, 6) if isinstance(v, float) else v for v in entry[key]]
+        entry["alpha"] = round(entry["alpha"], 6)
+    document["models"] = list(document["models"])
+    document["acceptance"] = list(document["acceptance"])
+    document["retrieval"] = list(document["retrieval"])
+    return document
+
+
+def load_profile(path: str | Path) -> Profile:
+    return profile_from_dict(read_document(path, "profile", ProfileError))
+
+
+def save_profile(profile: Profile, path: str | Path) -> None:
+    write_document(path, profile_to_dict(profile))

@@ -1,0 +1,108 @@
+"""Prompts: Spec-Bench questions (MT-bench style ``turns``) or plain ``prompt`` JSONL.
+
+The calibration / evaluation split is fixed here, by question_id, so that profiling never
+sees the prompts that benchmarks report: calibration = question_id divisible by 4 (120 of
+Spec-Bench's 480, every category represented), evaluation = the rest.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from specplan.core.errors import PromptError
+
+CALIBRATION_MODULUS = 4
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prompt_id: str
+    category: str
+    text: str
+
+
+def spec_bench_path() -> Path:
+    """Spec-Bench's question.jsonl: ``$SPECPLAN_SPEC_BENCH``, else the copy installed with the package
+    (``core/data/spec-bench``, read through importlib.resources so that a wheel finds it too)."""
+    override = os.environ.get("SPECPLAN_SPEC_BENCH")
+    if override:
+        return Path(override)
+    candidate = Path(str(importlib.resources.files("specplan.core").joinpath("data/spec-bench/question.jsonl")))
+    if candidate.is_file():
+        return candidate
+    raise PromptError("Spec-Bench question.jsonl not found; set SPECPLAN_SPEC_BENCH to its path or pass --prompts FILE")
+
+
+def read_prompts(path: str | Path, turn: int = 0) -> list[Prompt]:
+    """Read JSONL rows with ``turns`` (the ``turn``-th is used) or ``prompt``; reject empty prompts."""
+    path = Path(path)
+    if not path.is_file():
+        raise PromptError(f"prompts file {path} does not exist; pass a JSONL file with `prompt` or `turns` per line")
+    prompts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise PromptError(f"{path}:{number} is not valid JSON; each line must be an object with `prompt` or `turns`") from None
+        text = row.get("prompt") if isinstance(row, dict) else None
+        if text is None and isinstance(row, dict) and isinstance(row.get("turns"), list) and len(row["turns"]) > turn:
+            text = row["turns"][turn]
+        if not isinstance(text, str) or not text.strip():
+            raise PromptError(f"{path}:{number} has no non-empty `prompt` or `turns[{turn}]`; fix or remove that line")
+        prompts.append(Prompt(str(row.get("question_id", row.get("id", number))), str(row.get("category", "prompt")), text))
+    if not prompts:
+        raise PromptError(f"{path} holds no prompts; add lines with `prompt` or `turns`")
+    return prompts
+
+
+def is_calibration(prompt: Prompt) -> bool:
+    return prompt.prompt_id.isdigit() and int(prompt.prompt_id) % CALIBRATION_MODULUS == 0
+
+
+def spec_bench_split(split: str) -> list[Prompt]:
+    """``calibration`` or ``evaluation`` prompts of Spec-Bench (first turns)."""
+    prompts = read_prompts(spec_bench_path())
+    if split == "calibration":
+        return [p for p in prompts if is_calibration(p)]
+    if split == "evaluation":
+        return [p for p in prompts if not is_calibration(p)]
+    raise PromptError(f"unknown split {split!r}; use calibration or evaluation")
+
+
+PROFILE_PROMPTS = 40  # calibration prompts `specplan profile` measures on: the stratified first 40
+
+
+def profile_prompts(limit: int) -> list[Prompt]:
+    """The calibration prompts ``specplan profile`` measures on (``--quick`` takes the first 13)."""
+    return stratified(spec_bench_split("calibration"), limit)
+
+
+def drafter_training_prompts(limit: int) -> list[Prompt]:
+    """Up to ``limit`` calibration prompts a distilled drafter may train on, spread over
+    categories: every calibration prompt but the :data:`PROFILE_PROMPTS` that ``specplan
+    profile`` measures on, so that a profile measures a distilled drafter on text it never saw."""
+    measured = {prompt.prompt_id for prompt in profile_prompts(PROFILE_PROMPTS)}
+    return stratified([p for p in spec_bench_split("calibration") if p.prompt_id not in measured], limit)
+
+
+def stratified(prompts: list[Prompt], limit: int) -> list[Prompt]:
+    """Up to ``limit`` prompts, round-robin over categories so that every category appears."""
+    by_category: dict[str, list[Prompt]] = defaultdict(list)
+    for prompt in prompts:
+        by_category[prompt.category].append(prompt)
+    chosen: list[Prompt] = []
+    queues = list(by_category.values())
+    index = 0
+    while len(chosen) < limit and any(index < len(queue) for queue in queues):
+        for queue in queues:
+            if index < len(queue) and len(chosen) < limit:
+                chosen.append(queue[index])
+        index += 1
+    return chosen

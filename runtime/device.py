@@ -1,0 +1,30 @@
+"""What device a profile was measured on (its SKU decides whether a plan still applies)."""
+
+from __future__ import annotations
+
+import platform
+import re
+from pathlib import Path
+
+import torch
+
+from specplan.core.profile import DeviceInfo
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def describe_device(device: torch.device) -> DeviceInfo:
+    """Device kind, a readable name and the SKU slug (``cpu`` or e.g. ``nvidia-h100-80gb-hbm3``)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        sku = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        return DeviceInfo(kind="cuda", name=name, sku=sku)
+    return DeviceInfo(kind="cpu", name=f"{cpu_name()} ({torch.get_num_threads()} threads)", sku="cpu")

@@ -1,0 +1,141 @@
+"""The public Python API: the same profile -> plan -> run flow as the command line.
+
+>>> import specplan
+>>> profile = specplan.load_profile("profiles/cpu/profile.yaml")
+>>> plan = specplan.solve(profile, profile_path="profiles/cpu/profile.yaml")
+>>> plan.summary()
+'ngram-5 -> target (static tree 2 nodes)'
+
+Running a plan loads its models (torch)::
+
+    with specplan.Runner.open("plan.yaml") as runner:
+        result = runner.generate("Write a haiku about caches.", max_new_tokens=64)
+        print(result.text, result.tokens_per_s)
+
+``load_profile``, ``load_plan`` and ``solve`` import no torch; ``Runner`` does, when opened.
+The command line (``specplan.cli``) is built on these functions (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specplan.core.contract import load_plan_and_profile
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan, load_plan
+from specplan.core.profile import Profile, load_profile
+from specplan.core.prompts import Prompt
+from specplan.core.runtime_modes import RuntimeMode
+from specplan.core.yamlio import file_sha256
+from specplan.planner import PlanOptions, PlanResult, solve_plan
+from specplan.planner.options import RUNTIME_MAX_STAGES, runtime_options
+from specplan.planner.solve import plan_for_candidate
+
+if TYPE_CHECKING:
+    from specplan.runtime.runner import PlanRunner, RunResult
+
+__all__ = ["Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "solve", "solve_detailed"]
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What :func:`solve_detailed` returns: the chosen ``plan`` and the planner's whole ``result``
+    (every candidate, the LP check, the overall best when ``stages`` restricted the choice)."""
+
+    plan: Plan
+    result: PlanResult
+
+
+def solve_detailed(profile: Profile, options: PlanOptions | None = None, *, stages: int | None = None,
+                   profile_path: str | Path | None = None, profile_sha256: str | None = None) -> Solution:
+    """Solve ``profile`` (docs/planner-math.md) for the fastest lossless plan.
+
+    ``options`` default to what ``specplan plan`` uses (:func:`specplan.planner.options.runtime_options`).
+    ``stages``: take the best configuration with exactly that many stages instead of the overall best.
+    ``profile_path``: recorded in the plan (as given) with the file's sha256, so that ``run`` can check
+    the plan's contract; leave it out for a plan kept in memory. ``profile_sha256``: the profile file's
+    hash when ``profile_path`` is recorded relative to somewhere else (the CLI records it relative to
+    the plan's folder).
+    """
+    options = options or runtime_options()
+    if stages is not None and not 0 <= stages <= RUNTIME_MAX_STAGES:
+        raise PlanError(f"--stages must be between 0 (plain decoding) and {RUNTIME_MAX_STAGES}")
+    sha256 = profile_sha256
+    if sha256 is None:
+        sha256 = file_sha256(Path(profile_path)) if profile_path is not None and Path(profile_path).is_file() else ""
+    result = solve_plan(profile, options, profile_path=str(profile_path or ""), profile_sha256=sha256)
+    if stages is None:
+        return Solution(result.plan, result)
+    for candidate in result.candidates:
+        if len(candidate.stages) == stages:
+            return Solution(plan_for_candidate(result, candidate), result)
+    raise PlanError(f"the profile allows no {stages}-stage configuration (a hierarchy needs acceptance entries "
+                    "measured against a middle model: re-run `specplan profile` with a model drafter)")
+
+
+def solve(profile: Profile, options: PlanOptions | None = None, *, stages: int | None = None,
+          profile_path: str | Path | None = None) -> Plan:
+    """The fastest lossless plan for ``profile`` (see :func:`solve_detailed`)."""
+    return solve_detailed(profile, options, stages=stages, profile_path=profile_path).plan
+
+
+class Runner:
+    """An opened plan: its models loaded, its contract checked, ready to generate.
+
+    ``Runner.open(path)`` refuses a plan whose profile, device or target weights changed unless
+    ``force``; ``runtime`` is ``eager`` (default), ``static`` or ``compiled`` (README, "Fast
+    forward passes").
+    """
+
+    def __init__(self, runner: "PlanRunner"):
+        self._runner = runner
+
+    @classmethod
+    def open(cls, plan: str | Path, *, runtime: str | RuntimeMode = "eager", force: bool = False) -> "Runner":
+        from specplan.runtime.runner import PlanRunner
+
+        loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))
+        mode = runtime if isinstance(runtime, RuntimeMode) else RuntimeMode(runtime)
+        return cls(PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode))
+
+    @property
+    def plan(self) -> Plan:
+        return self._runner.plan
+
+    @property
+    def profile(self) -> Profile:
+        return self._runner.profile
+
+    @property
+    def plan_runner(self) -> "PlanRunner":
+        """The runtime's runner underneath (for the bench and the profiler)."""
+        return self._runner
+
+    def generate(self, prompt: str | Prompt, *, max_new_tokens: int = 128, temperature: float | None = None,
+                 top_p: float = 1.0, seed: int = 0, stream: bool = False, compare_plain: bool = False) -> "RunResult":
+        """Decode ``prompt`` with the plan; temperature None = the plan's own. The output is the
+        target's own (lossless); ``compare_plain`` also decodes plainly and compares."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise PlanError("the prompt is empty; give some text")
+            prompt = Prompt("prompt", "prompt", prompt)
+        if max_new_tokens < 1:
+            raise PlanError("max_new_tokens must be at least 1")
+        temperature = self.plan.temperature if temperature is None else temperature
+        if not temperature >= 0:
+            raise PlanError("temperature must be >= 0")
+        if not 0.0 < top_p <= 1.0:
+            raise PlanError("top_p must be in (0, 1]")
+        return self._runner.run_prompt(prompt, max_new_tokens, temperature, top_p, seed, stream=stream,
+                                       compare_plain=compare_plain)
+
+    def summary_line(self, result: "RunResult") -> str:
+        return self._runner.summary_line(result)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None

@@ -1,0 +1,45 @@
+"""No behaviour change: ``specplan plan`` on the stored profiles writes the plans it wrote before
+the layering refactor (tests/golden_plans/, written by the code of commit fe02bb4).
+
+Only the solver's wall time (``solver.seconds``) may differ; everything else byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specplan.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden_plans"
+SECONDS = re.compile(r"seconds: [0-9.e+-]+")
+
+CASES = [(profile, name) for profile in sorted(p.name for p in GOLDEN.iterdir())
+         for name in ("plan", "stages2", "h100") if (GOLDEN / profile / f"{name}.yaml").is_file()]
+ARGUMENTS = {"plan": [], "stages2": ["--stages", "2"], "h100": ["--sku", "h100-sxm"]}
+
+
+def _normalised(path: Path) -> str:
+    return SECONDS.sub("seconds: <wall time>", path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("profile, name", CASES)
+def test_plan_matches_the_plan_written_before_the_refactor(profile, name, tmp_path, monkeypatch, capsys):
+    shutil.copy(ROOT / "profiles" / profile / "profile.yaml", tmp_path / "profile.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "profile.yaml", "-o", f"{name}.yaml", *ARGUMENTS[name]]) == 0
+    assert _normalised(tmp_path / f"{name}.yaml") == _normalised(GOLDEN / profile / f"{name}.yaml")
+    if name == "h100":
+        assert _normalised(tmp_path / "roofline-profile.yaml") == _normalised(GOLDEN / profile / "roofline-profile.yaml")
+
+
+def test_a_changed_plan_would_fail(tmp_path):
+    """The comparison can fail: a plan with another tree is not the golden one."""
+    golden = GOLDEN / "cpu" / "plan.yaml"
+    changed = tmp_path / "plan.yaml"
+    changed.write_text(golden.read_text(encoding="utf-8").replace("budget: 2", "budget: 3"), encoding="utf-8")
+    assert _normalised(changed) != _normalised(golden)
