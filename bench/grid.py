@@ -9,7 +9,7 @@ of the grid, and every drafter alone as a tree at each budget of the grid (the p
 tree within that budget; identical trees are measured once).
 
 The prediction of a point is the planner's own per-round cost of its top stage (the stage the
-target verifies), from ``solve_plan``'s candidates (planner-math.md sections 1, 2 and 4)::
+target verifies), from ``solve_plan``'s candidates (docs/planner-math.md sections 1, 2 and 4)::
 
     sequence (Leviathan et al., arXiv 2211.17192): L = (gamma * t_draft + T_target(gamma + 1)) / E(gamma)
     tree (Sequoia, arXiv 2402.12374):            L = (depth * t_draft(width) + T_target(n)) / F(tree)

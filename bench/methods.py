@@ -67,10 +67,7 @@ def recording(session: ModelSession | None) -> Iterator[ForwardLog]:
 
 def drafter_sessions(drafter) -> list[ModelSession]:
     """The model sessions a drafter runs: its own, or every one below a hierarchy's top."""
-    if hasattr(drafter, "sessions"):
-        return list(drafter.sessions())
-    session = getattr(drafter, "session", None)
-    return [session] if session is not None else []
+    return list(drafter.sessions()) if drafter is not None else []
 
 
 class EngineMethod:

@@ -5,7 +5,7 @@ Two ratios (issue 6):
 - *choice* = measured tokens/s of the chosen plan / the best measured grid point, on the
   same prompts, interleaved (goal >= 0.95);
 - *prediction* = predicted tokens/s / measured decode tokens/s of the chosen plan (goal
-  0.9-1.1). The prediction covers steady decoding (planner-math.md section 1), so the
+  0.9-1.1). The prediction covers steady decoding (docs/planner-math.md section 1), so the
   measured rate here excludes the prefill; the end-to-end ratio is reported beside it.
 
 Both work for every plan the runtime executes: plain decoding, a sequence stage, a tree
@@ -13,7 +13,7 @@ stage and a hierarchy, because predictions are keyed by the plan's stages
 (:class:`~specplan.bench.grid.PlannerCosts`) and measurements are per target round.
 
 When a goal is missed, the report says which term of the cost model was off. The per-round
-time is ``L = (D + V) / E`` (planner-math.md sections 1, 2 and 4: Leviathan et al., arXiv
+time is ``L = (D + V) / E`` (docs/planner-math.md sections 1, 2 and 4: Leviathan et al., arXiv
 2211.17192; Sequoia, arXiv 2402.12374; HSD, arXiv 2510.19705) with D: drafting per target
 round, everything below the target (for a hierarchy the middle models' own rounds included,
 the runtime's ``GenerationResult.draft_seconds``); V: one target forward over the draft

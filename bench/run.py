@@ -26,6 +26,7 @@ from specplan.core.errors import SpecplanError
 from specplan.planner.latency import interpolate, nearest_curve
 from specplan.core.prompts import Prompt
 from specplan.runtime import build
+from specplan.runtime.warmup import compile_buckets
 from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
 from specplan.bench.methods import EngineMethod, Method
 from specplan.bench.metrics import LosslessCheck, Measurement, Row, check_lossless
@@ -81,13 +82,11 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
 def _compile_first(runner, prompt_ids: list[int], notes: list[str]) -> None:
     """With the compiled runtime, compile every width's graph of the target and of a model
     drafter before anything is timed (compile time is reported apart, never measured)."""
-    from specplan.runtime.compiled import compile_buckets
-
     models = [runner.target.model]
-    drafter_session = getattr(runner.engine.drafter, "session", None)
-    if drafter_session is not None and drafter_session.compiled:  # a draft head's session never is
-        models.append(drafter_session.model)
-    seconds = sum(compile_buckets(model, runner.device, prompt_ids) for model in models)
+    drafter = runner.engine.drafter
+    # a draft head's session is never compiled; a hierarchy's middle sessions compile too
+    models += [session.model for session in (drafter.sessions() if drafter is not None else []) if session.compiled]
+    seconds = sum(compile_buckets(model, runner.device, prompt_ids, runner.runtime) for model in models)
     if seconds > 0:
         notes.append(f"compiled runtime: {seconds:.0f} s compiling graphs before the timed runs (not in any measurement)")
 
@@ -154,7 +153,7 @@ def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig,
             else:
                 try:
                     engine = build.build_engine(replace(runner.plan, stages=point.stages), runner.profile,
-                                                runner.target, runner.device)
+                                                runner.target, runner.device, runner.runtime)
                 except SpecplanError as error:
                     notes.append(f"grid point {point.name} cannot run: {error}")
                     continue

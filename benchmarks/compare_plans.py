@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import warnings
 
 import torch
 
-from specplan.cli.commands import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
+from specplan.planner.options import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.solve import plan_for_candidate
 from specplan.core.profile import load_profile
@@ -39,10 +38,10 @@ from specplan.bench.run import interleave, warm_up
 from specplan.bench.methods import EngineMethod
 from specplan.runtime.build import build_engine, eos_ids
 from specplan.models.chat import encode_prompt
-from specplan.runtime.compiled import compile_buckets
+from specplan.runtime.warmup import compile_buckets
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.core.runtime_modes import session_options
+from specplan.core.runtime_modes import runtime_from_environment
 from specplan.models.load import load_model, quiet_transformers
 from specplan.bench.peers import GenerateMethod
 
@@ -121,15 +120,14 @@ def main() -> None:
     parser.add_argument("--runtime", choices=("eager", "static", "compiled"), default=None,
                         help="the runtime of every plan and of plain (default: SPECPLAN_RUNTIME, else eager)")
     args = parser.parse_args()
-    if args.runtime:
-        os.environ["SPECPLAN_RUNTIME"] = args.runtime
+    runtime = runtime_from_environment(args.runtime)
     quiet_transformers()
     profile = load_profile(args.profile)
     device = torch.device("cpu")
     entry = profile.target
     target = load_model_variant(entry.source, args.dtype or entry.dtype, str(device), quant=args.quant or entry.quant)
     sampling = SamplingConfig()
-    plain = SpeculativeEngine(target.model, device, eos_ids(target))
+    plain = SpeculativeEngine(target.model, device, eos_ids(target), runtime=runtime)
     methods = [EngineMethod("plain", "plain", plain, sampling, f"{entry.id} ({args.quant or entry.quant}, {target.dtype}) alone")]
     plans = contenders(profile, args.drafter)
     best = plans["planner"].predicted
@@ -137,12 +135,12 @@ def main() -> None:
         plans = {name: plan for name, plan in plans.items() if name in args.only.split(",")}
     predicted = {"plain": best.tokens_per_s / best.speedup}  # 1000 / T_target(1)
     for name, plan in plans.items():
-        methods.append(EngineMethod(name, "plan", build_engine(plan, profile, target, device), sampling, plan.summary()))
+        methods.append(EngineMethod(name, "plan", build_engine(plan, profile, target, device, runtime), sampling, plan.summary()))
         predicted[name] = plan.predicted.tokens_per_s
     prompts = stratified(spec_bench_split("evaluation"), args.limit)
     encoded = [(prompt, encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
-    if session_options()["compiled"]:
-        seconds = compile_buckets(target.model, device, encoded[0][1])
+    if runtime.compiled:
+        seconds = compile_buckets(target.model, device, encoded[0][1], runtime)
         print(f"compiled runtime: {seconds:.0f} s compiling the target's graphs before the timed runs")
         methods.append(GenerateMethod("hf-plain", "peer", target.model, device, eos_ids(target), sampling,
                                       "transformers generate, the target alone"))

@@ -35,7 +35,7 @@ import torch
 from quant_latency import context_ids  # noqa: E402 - the sibling benchmark (its folder is on sys.path)
 
 from specplan.models.load import load_model, quiet_transformers
-from specplan.core.runtime_modes import session_options
+from specplan.core.runtime_modes import RuntimeMode
 from specplan.profiler.latency import WIDTHS
 from specplan.runtime.session import ModelSession
 
@@ -108,7 +108,7 @@ def curve(session: ModelSession, context: list[int], repeats: int, clock: str) -
 def measure_runtimes(model, context: list[int], runtimes: list[str], rounds: int, repeats: int, clock: str) -> dict:
     """Median over interleaved rounds of T(n) per runtime, and each runtime's compile seconds."""
     device = torch.device("cpu")
-    sessions = {name: ModelSession(model, device, **session_options(name)) for name in runtimes}
+    sessions = {name: ModelSession(model, device, runtime=RuntimeMode(name)) for name in runtimes}
     for session in sessions.values():
         session.extend(context)  # prefill (eager for every runtime)
     samples: dict[str, list[list[float]]] = {name: [] for name in runtimes}

@@ -27,7 +27,8 @@ import torch
 
 from specplan.core.prompts import spec_bench_split, stratified
 from specplan.models.chat import encode_prompt
-from specplan.runtime.compiled import compile_buckets
+from specplan.core.runtime_modes import RuntimeMode
+from specplan.runtime.warmup import compile_buckets
 from specplan.models.load import default_gguf_path, load_model, quiet_transformers
 from specplan.runtime.session import ModelSession
 
@@ -113,7 +114,7 @@ def main() -> None:
     prompts = [encode_prompt(target.tokenizer, p.text) for p in stratified(spec_bench_split("evaluation"), args.limit)]
     if not args.no_compiled:
         methods["specplan compiled (bf16)"] = runtime_decode(target.model, {"cache": "static", "compiled": True})
-        seconds = compile_buckets(target.model, torch.device("cpu"), prompts[0], cache="static", compiled=True)
+        seconds = compile_buckets(target.model, torch.device("cpu"), prompts[0], RuntimeMode("compiled"))
         print(f"compiled runtime: {seconds:.0f} s compiling (not timed below)")
     for run in methods.values():  # warm-up
         run(prompts[0], 8, stop)

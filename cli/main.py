@@ -14,10 +14,10 @@ import os
 import sys
 import warnings
 
-from specplan.cli.options import show_warning
+from specplan.cli.options import quiet_libraries, show_warning
 from specplan.core.errors import SpecplanError
 
-VERBS = ("profile", "plan", "run", "bench", "roofline", "export", "quantize", "distill")
+VERBS = ("profile", "plan", "run", "bench", "roofline", "export", "quantize", "distill", "models")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_libraries(args.verbose)
     warnings.showwarning = show_warning
     try:
         return _verb(args.handler).command(args)

@@ -1,4 +1,4 @@
-"""Parse ``--drafter SPEC`` strings (formats.md) into a kind, an argument and a stable id.
+"""Parse ``--drafter SPEC`` strings (docs/formats.md) into a kind, an argument and a stable id.
 
 Kinds: ``model:MODEL`` (a smaller model sharing the tokenizer), ``head:DIR`` (a draft head
 over the target's hidden states, made by ``specplan distill --kind head``; EAGLE, arXiv

@@ -1,4 +1,4 @@
-"""plan.yaml: the configuration the planner chose (formats.md). A plan is a contract:
+"""plan.yaml: the configuration the planner chose (docs/formats.md). A plan is a contract:
 ``specplan run`` executes exactly the stages it lists.
 
 Stages are listed bottom (first drafter) to top (verified by the target). No stages means

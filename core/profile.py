@@ -1,4 +1,4 @@
-"""profile.yaml: what was measured on a device (formats.md).
+"""profile.yaml: what was measured on a device (docs/formats.md).
 
 Latency curves T_m(n) per model and precision, retrieval drafter costs, and acceptance
 statistics per (drafter, verifier, temperature). Plain frozen dataclasses; YAML only

@@ -1,7 +1,7 @@
 """``distill.yaml``: what a distilled drafter was trained from and how it scored.
 
 Written with ``specplan.core.yamlio`` (``yaml.safe_dump``), ``schema_version: 1`` like every
-specplan file (formats.md).
+specplan file (docs/formats.md).
 """
 
 from __future__ import annotations

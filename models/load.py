@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from specplan.core.errors import ModelError
+from specplan.models import registry
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -36,7 +36,7 @@ class LoadedModel:
 
 def cache_root() -> Path:
     """``$SPECPLAN_CACHE`` or ``~/.cache/specplan``."""
-    return Path(os.environ.get("SPECPLAN_CACHE", Path.home() / ".cache" / "specplan"))
+    return registry.cache_root()
 
 
 def default_gguf_path() -> Path:
@@ -85,6 +85,8 @@ def resolve_model_dir(source: str) -> str:
     """Map MODEL to a directory (or hub id) that ``from_pretrained`` can read."""
     if source == "default":
         return str(convert_gguf(default_gguf_path()))
+    if registry.registered_path(source) is not None:  # qwen2.5-coder-1.5b, ...: `specplan models fetch` first
+        return str(convert_gguf(registry.require_fetched(source)))
     path = Path(source).expanduser()
     if source.endswith(".gguf"):
         if not path.is_file():
@@ -96,7 +98,8 @@ def resolve_model_dir(source: str) -> str:
         return str(path)
     if path.exists() or "/" not in source or source.startswith((".", "/", "~")):
         raise ModelError(
-            f"unknown model {source!r}; pass `default`, a .gguf file, a model directory or a Hugging Face id"
+            f"unknown model {source!r}; pass `default`, {', '.join(registry.valid_names()[1:])} "
+            "(after `specplan models fetch`), a .gguf file, a model directory or a Hugging Face id"
         )
     return source  # a hub id
 

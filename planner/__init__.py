@@ -1,6 +1,6 @@
 """The planner: from a profile to the fastest lossless speculative-decoding plan. Pure: no torch.
 
-Modules, one concept each (formulas in ``shared/design/planner-math.md``):
+Modules, one concept each (formulas in ``docs/planner-math.md``):
 
 - :mod:`.latency` T_m(n) interpolated from profiled latency curves.
 - :mod:`.sequence` Leviathan's E(gamma, alpha) and its histogram form (arXiv 2211.17192).

@@ -1,4 +1,4 @@
-"""The numbers the hierarchy DP reads, gathered from a profile once (planner-math.md section 4).
+"""The numbers the hierarchy DP reads, gathered from a profile once (docs/planner-math.md section 4).
 
 For every model: its latency table T(n). For every retrieval drafter: ms per call. For every
 (drafter, verifier) pair the search may use: E(gamma) for each gamma (histogram or alpha,

@@ -1,7 +1,7 @@
 """The hierarchy DP (HSD, Mohri et al., arXiv 2510.19705): the best chain of stages for each model.
 
 Models 0..K sorted by T(1), K = target. L*(i) = best time per committed token of model i's
-output with i at the top of a sub-hierarchy (planner-math.md section 4)::
+output with i at the top of a sub-hierarchy (docs/planner-math.md section 4)::
 
     L*(i) = min( T_i(1),                                          # i decodes alone
                  L_tree(i),                                       # a tree stage verified by i

@@ -1,7 +1,7 @@
 """T_m(n): the profiled forward time of model m over n new tokens, interpolated.
 
 A :class:`~specplan.core.profile.LatencyCurve` holds ms at a few widths n (1, 2, 4, ..., 64)
-over a warm KV cache of ``context`` tokens (planner-math.md, Vocabulary). Between profiled
+over a warm KV cache of ``context`` tokens (docs/planner-math.md, Vocabulary). Between profiled
 widths T is piecewise linear. Beyond the largest profiled width it is extrapolated linearly
 from the last two points, and the result says so (``extrapolated``); more than twice the
 largest profiled width is refused (``inf``), so the solver never chooses a shape whose cost

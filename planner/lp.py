@@ -1,6 +1,6 @@
 """The hierarchy DP as a linear program (its dual), solved with HiGHS to check the DP.
 
-planner-math.md section 4: maximise sum_i L_i subject to::
+docs/planner-math.md section 4: maximise sum_i L_i subject to::
 
     L_i <= T_i(1)
     L_i <= L_tree(i)

@@ -17,7 +17,7 @@ rows before the 16-bit multiply, so ``dequant_ops(n) = weights * ops_per_weight 
 ceil(n / tile)`` grows with n and a wide verification (a big tree) costs more than on the
 16-bit model. That is the effect SpecMQuant (arXiv 2505.22179) measures and the reason its
 hierarchy verifies a tree with a 16-bit middle model and only a short sequence with the
-4-bit target (planner-math.md section 4). The split of work between the two roofs is ours;
+4-bit target (docs/planner-math.md section 4). The split of work between the two roofs is ours;
 the tests check that T is monotone in n and that the 4-bit curve is steeper at large n.
 
 ``eta_bw`` and ``eta_c`` (fractions of peak) and the overheads come from a

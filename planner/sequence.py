@@ -5,7 +5,7 @@ arXiv 2211.17192)::
 
     E(gamma, alpha) = (1 - alpha^(gamma + 1)) / (1 - alpha)
 
-or, from a measured histogram of accepted draft tokens (planner-math.md section 1)::
+or, from a measured histogram of accepted draft tokens (docs/planner-math.md section 1)::
 
     E = sum_{a=0..gamma} P(A >= a)
 

@@ -258,7 +258,7 @@ def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tup
 
 def _rank_accept(profile: Profile, stage, rank_accept: tuple[float, ...], temperature: float) -> tuple[float, ...]:
     """The drafter's own rank vector, or for a graft stage the extended vector [p_1..p_B, r_1..r_R]
-    with B read off the tree (planner-math.md section 3; Graft, arXiv 2605.20104)."""
+    with B read off the tree (docs/planner-math.md section 3; Graft, arXiv 2605.20104)."""
     shape = stage.shape
     if not shape.graft or not shape.parents:
         return tuple(rank_accept)

@@ -28,7 +28,7 @@ from .validate import NoCandidatesError, PlannerWarning, validate_profile
 __all__ = ["Candidate", "PlanOptions", "PlanResult", "plan_for_candidate", "solve_plan", "summarize"]
 
 ALTERNATIVES = 5
-OVERSHOOT_RULE = "trim"  # a sub-hierarchy's tokens beyond gamma are discarded (planner-math.md section 4)
+OVERSHOOT_RULE = "trim"  # a sub-hierarchy's tokens beyond gamma are discarded (docs/planner-math.md section 4)
 LP_TOLERANCE = 1e-6  # relative gap between the LP and the DP that still counts as agreement
 
 

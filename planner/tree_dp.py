@@ -8,7 +8,7 @@ bonus included, is::
 
     F(tree) = sum over nodes v of prod over edges on the root->v path of accept[rank(edge)]
 
-The best tree of m nodes, depth <= l, whose root has b children (planner-math.md section 2)::
+The best tree of m nodes, depth <= l, whose root has b children (docs/planner-math.md section 2)::
 
     G[1][l][0] = 1
     G[m][l][b] = max_{1 <= y < m} G[y][l][b-1] + accept[b-1] * max_{b'} G[m-y][l-1][b']
@@ -307,7 +307,7 @@ def graft_tree(
     """The best tree of ``budget`` nodes on the extended vector [p_1..p_B, r_1..r_R].
 
     Retrieved candidates are extra, zero-draft-cost siblings ranked after the model's B
-    children (planner-math.md section 3; Graft, arXiv 2605.20104). The DP is unchanged; the
+    children (docs/planner-math.md section 3; Graft, arXiv 2605.20104). The DP is unchanged; the
     result says how many of the ``budget`` nodes are retrieved (the graft budget) and, through
     ``tree.ranks``, where: node v is retrieved iff ``ranks[v] >= B``.
 
@@ -326,7 +326,7 @@ def graft_tree(
 
 def retrieved_nodes(ranks: Sequence[int], width: int) -> int:
     """How many non-root nodes of a graft tree are retrieved: those ranked at or after the
-    model's ``width`` children (planner-math.md section 3)."""
+    model's ``width`` children (docs/planner-math.md section 3)."""
     return sum(1 for rank in ranks[1:] if rank >= width)
 
 
@@ -348,7 +348,7 @@ def graft_model_width(parents: Sequence[int], graft_budget: int) -> int:
 
 def graft_accept(rank_accept: Sequence[float], retrieval_rank_accept: Sequence[float], width: int) -> tuple[float, ...]:
     """The extended rank vector [p_1..p_B, r_1..r_R] of a graft tree whose model keeps B = ``width``
-    children per node (planner-math.md section 3; Graft, arXiv 2605.20104).
+    children per node (docs/planner-math.md section 3; Graft, arXiv 2605.20104).
 
     >>> graft_accept([0.5, 0.2, 0.1], [0.3], 1)
     (0.5, 0.3)

@@ -1,5 +1,5 @@
 """Latency curve T_m(n): ms for one forward of n new tokens over a warm cache of
-``context`` tokens (planner-math.md, Vocabulary), median of repeats after a warm-up.
+``context`` tokens (docs/planner-math.md, Vocabulary), median of repeats after a warm-up.
 
 The session runs the ``runtime`` it is given (:class:`~specplan.core.runtime_modes.RuntimeMode`,
 the one ``run`` will execute); with compiled steps the warm-up of each width is

@@ -16,7 +16,7 @@ context followed by the path, as the runtime's tree growth does.
   reaches (its root and its accepted path, :func:`~.acceptance.tree_round_positions`). This
   sizes a retrieval drafter's own tree (``ngram:N`` with several continuations, ``recycle``,
   ``cache``).
-- ``retrieval_rank_accept[j]`` (Graft, arXiv 2605.20104; planner-math.md section 3): the same
+- ``retrieval_rank_accept[j]`` (Graft, arXiv 2605.20104; docs/planner-math.md section 3): the same
   for the candidates left after removing the model drafter's top-B children at that
   position (de-duplication), i.e. the acceptance of the j-th *extra* sibling with the
   model's siblings present, at the nodes a round of that grafted tree (the model's B
@@ -56,7 +56,7 @@ class _RoundReplay:
         self.context = list(prompt_ids)
         self.output = list(output_ids)
         self.target_logits = target_logits  # [len(prompt) + len(output), vocab] or None
-        self.observe = getattr(drafter, "observe", None)
+        self.observe = drafter.observe if drafter.learns_from_verifier else None
         self.fed = 0  # tokens whose target row the drafter has seen
         self.root = -1  # output position of the round being played
         self.committed: list[int] = []

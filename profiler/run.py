@@ -131,7 +131,7 @@ def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, s
     progress = tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier_id}", unit="prompt", leave=False)
     for index, (prompt_ids, output_ids) in enumerate(progress):
         logits = None
-        if hasattr(tree, "observe"):
+        if tree.learns_from_verifier:
             logits = teacher_forced_logits(verifier_network, prompt_ids + output_ids, device)  # [len, vocab]
         replay_retrieval(counter, tree, chain, prompt_ids, output_ids, target_logits=logits,
                          model_top=siblings[index] if siblings else None, graft_counter=graft)

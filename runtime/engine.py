@@ -68,8 +68,7 @@ class SpeculativeEngine:
         self.eos_ids = set(eos_ids)
 
     def _stage_stats(self, top: StageStats) -> tuple[StageStats, ...]:
-        below = getattr(self.drafter, "stage_stats", None)
-        return tuple(below() if below is not None else []) + (top,)
+        return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  on_commit: Callable[[list[int]], None] | None = None) -> GenerationResult:

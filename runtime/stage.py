@@ -89,9 +89,8 @@ class StageRunner:
         self.gamma = gamma if drafter is not None else 0
         self.tree = tree if drafter is not None else None
         self.names = names
-        attach = getattr(drafter, "attach_verifier", None)
-        if attach is not None:  # a draft head reads the verifier's hidden states
-            attach(verifier)
+        if drafter is not None:  # a draft head reads the verifier's hidden states
+            drafter.attach_verifier(verifier)
 
     def reset(self) -> None:
         self.verifier.reset()
@@ -103,9 +102,8 @@ class StageRunner:
 
     def observe(self, tokens: list[int], logits: torch.Tensor) -> None:
         """Show a verifier forward (tokens [n], logits [n, vocab]) to a drafter that learns from it."""
-        observe = getattr(self.drafter, "observe", None)
-        if observe is not None and tokens:
-            observe(tokens, logits)
+        if self.drafter is not None and tokens:
+            self.drafter.observe(tokens, logits)
 
     def catch_up(self, committed: list[int]) -> None:
         """Bring the verifier's cache to ``committed[:-1]``: rewind, then one forward over what it lacks."""

@@ -248,7 +248,8 @@ class DraftTree:
         """Additive float mask [1, 1, num_nodes, past_length + num_nodes]: 0 where attended, finfo.min elsewhere.
 
         transformers 5.x passes a 4-D mask through unchanged to eager and sdpa attention
-        (a bool mask is silently wrong under eager; see measured-facts.md).
+        (a bool mask is silently wrong under eager: measured with transformers 5.x, the float mask is
+        right under eager and sdpa; tests/runtime/test_tree_forward.py checks it).
         """
         n = self.num_nodes
         mask = torch.zeros((n, past_length + n), dtype=dtype, device=device)

@@ -40,7 +40,7 @@ class VerifyResult:
     """What one verification commits.
 
     The committed tokens are the accepted nodes' tokens then ``next_token``, so the accepted
-    length (bonus included, planner-math.md) is ``len(accepted_nodes) + 1``. The cache rows
+    length (bonus included, docs/planner-math.md) is ``len(accepted_nodes) + 1``. The cache rows
     to keep from the tree forward are ``(0, *accepted_nodes)``.
     """
 

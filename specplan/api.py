@@ -94,10 +94,10 @@ class Runner:
 
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode = "eager", force: bool = False) -> "Runner":
+        loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
+        mode = runtime if isinstance(runtime, RuntimeMode) else RuntimeMode(runtime)
         from specplan.runtime.runner import PlanRunner
 
-        loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))
-        mode = runtime if isinstance(runtime, RuntimeMode) else RuntimeMode(runtime)
         return cls(PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode))
 
     @property

@@ -124,7 +124,7 @@ class WrongOutput:
 
 
 def test_lossless_check_fails_on_a_wrong_output(bench_inputs):
-    from specplan.cli.commands import load_plan_and_profile
+    from specplan.core.contract import load_plan_and_profile
     from specplan.core.prompts import read_prompts
     from specplan.bench.run import BenchSettings, build_methods, run_bench
     from specplan.bench.grid import predicted_costs
@@ -209,7 +209,7 @@ def test_point_names_are_readable_and_unique():
 
 
 def test_plan_quality_for_a_tree_plan(bench_inputs):
-    from specplan.cli.commands import load_plan_and_profile
+    from specplan.core.contract import load_plan_and_profile
     from specplan.core.prompts import read_prompts
     from specplan.bench.run import BenchSettings, run_bench
     from specplan.runtime.runner import PlanRunner

@@ -53,7 +53,8 @@ def _greedy(model, drafter=None, gamma=0, prompt=PROMPTS[0], tokens=24):
 def test_methods_and_labels(tiny_model_dir):
     import doctest
 
-    from specplan.quant import calibration, methods, quality
+    from specplan.bench import quant_quality as quality
+    from specplan.quant import calibration, methods
 
     for module in (methods, calibration, quality):
         assert doctest.testmod(module).failed == 0
@@ -109,7 +110,7 @@ def test_speculation_on_nf4_target_is_its_own_greedy(nf4_tiny, prompt):
 
 
 def test_load_model_hook_loads_the_variant(nf4_tiny, tiny_dir):
-    from specplan.models.load import load_model
+    from specplan.quant.load import load_model_variant
 
     loaded = load_model_variant(tiny_dir, "float32", "cpu", quant="nf4")
     assert loaded.fingerprint == nf4_tiny.fingerprint and loaded.path == nf4_tiny.path

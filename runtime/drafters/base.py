@@ -1,14 +1,21 @@
-"""What every drafter returns, and the settings drafting shares with verification."""
+"""The one drafter interface, what a drafter returns, and the settings drafting shares with
+verification (docs/architecture.md, "The drafter interface")."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
 from specplan.core.errors import TreeError
 from specplan.runtime.tree import DraftTree, check_parents
+
+if TYPE_CHECKING:
+    from specplan.runtime.session import ModelSession
+    from specplan.runtime.stage import StageStats
 
 
 @dataclass(frozen=True)
@@ -36,21 +43,9 @@ class Proposal:
     draft_probs: torch.Tensor | None = None  # [gamma, vocab] float32
 
 
-class Drafter(Protocol):
-    """Proposes draft tokens continuing ``committed`` (prompt + generated ids so far)."""
-
-    name: str
-
-    def reset(self) -> None:
-        """Forget per-prompt state (caches, tables)."""
-
-    def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
-        """Up to ``gamma`` draft tokens (fewer, even none, when the drafter has nothing)."""
-
-
 @dataclass(frozen=True)
 class TreeShape:
-    """What a tree stage grows (planner-math.md section 2).
+    """What a tree stage grows (docs/planner-math.md section 2).
 
     Either a static ``parents`` array (the planner's DP tree, Sequoia arXiv 2402.12374: node 0
     is the root, the children of a node are the drafter's top-ranked tokens in rank order), or
@@ -118,19 +113,53 @@ class TreeShape:
         return TreeShape(parents=tuple(kept))
 
 
-class TreeDrafter(Protocol):
-    """Proposes a draft tree whose root (node 0) is ``committed[-1]``.
+class Drafter(ABC):
+    """Every method the runtime calls on a drafter; nothing is probed with getattr.
 
-    A tree drafter may also define ``observe(tokens, logits)``: the engine calls it after
-    every target forward with the tokens fed ``[n]`` and the target's logits ``[n, vocab]``
-    (row i follows token i), which Token Recycling (arXiv 2408.08696) learns from.
+    A drafter proposes a chain (:meth:`propose`, for sequence stages) or a tree
+    (:meth:`propose_tree`, whose root, node 0, is ``committed[-1]``), or both. The optional
+    capabilities have do-nothing defaults that a drafter overrides when it has them:
+
+    - :meth:`observe`: the engine shows it every verifier forward (the tokens fed ``[n]`` and
+      the verifier's logits ``[n, vocab]``, row i following token i); Token Recycling (arXiv
+      2408.08696) learns its table from them. Set ``learns_from_verifier`` when it does, so
+      the profiler computes those logits only for such drafters.
+    - :meth:`attach_verifier`: the verifier's session, whose hidden states a draft head reads
+      (EAGLE, arXiv 2401.15077).
+    - :meth:`sessions`: the model sessions it runs (the bench compiles and times them).
+    - :meth:`stage_stats`: per-stage totals of the stages below it (a hierarchy's middle model).
     """
 
     name: str
+    learns_from_verifier: bool = False
 
+    @abstractmethod
     def reset(self) -> None:
         """Forget per-prompt state (caches, tables)."""
+
+    def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
+        """Up to ``gamma`` draft tokens (fewer, even none, when the drafter has nothing)."""
+        raise TypeError(f"drafter {self.name!r} drafts trees only; give its stage a tree shape")
 
     def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         """A draft tree of at most ``shape.size`` nodes continuing ``committed``."""
+        raise TypeError(f"drafter {self.name!r} drafts sequences only; give its stage a sequence shape")
+
+    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        """See one verifier forward: ``tokens`` [n] fed, ``logits`` [n, vocab]."""
+
+    def attach_verifier(self, verifier: "ModelSession") -> None:
+        """Be told the session of the model that verifies this drafter's stage."""
+
+    def sessions(self) -> list["ModelSession"]:
+        """The model sessions this drafter runs (none for a retrieval drafter)."""
+        return []
+
+    def stage_stats(self) -> list["StageStats"]:
+        """Totals of the stages below this drafter, bottom first (empty unless it is a middle model)."""
+        return []
+
+
+# Tree stages take the same interface; the alias names what a stage expects.
+TreeDrafter = Drafter

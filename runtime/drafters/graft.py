@@ -5,7 +5,7 @@ The model drafter grows its tree to the stage's shape. A retrieval drafter (``ng
 the same root. The retrieved tree is merged into the model tree from the root down: a
 retrieved token that equals a model child there is the same node (de-duplicated, and the
 model node is then protected from pruning); any other retrieved token becomes an extra,
-deterministic child, ranked after the model's children (planner-math.md section 3: the
+deterministic child, ranked after the model's children (docs/planner-math.md section 3: the
 extended rank vector [p_1..p_B, r_1..r_R]). To keep the node budget fixed, the model tree
 is pruned by confidence: the lowest-scored removable model leaf goes first, where a leaf is
 removable if it is its parent's last remaining child (so the kept children of a node stay a
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from specplan.core.errors import TreeError
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
 from specplan.runtime.drafters.tree_growth import Growth
 from specplan.runtime.tree import DraftTree
 
@@ -97,7 +97,7 @@ def graft(growth: Growth, retrieved: DraftTree, size: int) -> DraftTree:
     return out.draft_tree()
 
 
-class GraftDrafter:
+class GraftDrafter(Drafter):
     """A model tree drafter with ``graft_budget`` of its nodes given to a retrieval drafter."""
 
     def __init__(self, model, retrieval, graft_budget: int):
@@ -112,16 +112,20 @@ class GraftDrafter:
         self.model.reset()
         self.retrieval.reset()
 
+    @property
+    def learns_from_verifier(self) -> bool:  # type: ignore[override]
+        return self.model.learns_from_verifier or self.retrieval.learns_from_verifier
+
     def attach_verifier(self, verifier) -> None:
         """Pass the verifier's session on to a model drafter that reads its features (a draft head)."""
-        if hasattr(self.model, "attach_verifier"):
-            self.model.attach_verifier(verifier)
+        self.model.attach_verifier(verifier)
 
     def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        if hasattr(self.retrieval, "observe"):
-            self.retrieval.observe(tokens, logits)
-        if hasattr(self.model, "observe"):
-            self.model.observe(tokens, logits)
+        self.retrieval.observe(tokens, logits)
+        self.model.observe(tokens, logits)
+
+    def sessions(self) -> list:
+        return self.model.sessions()
 
     def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Proposal, SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig, TreeShape
 from specplan.runtime.drafters.model import choose_token
 from specplan.runtime.drafters.model_tree import grow_tree, level_mask
 from specplan.runtime.drafters.tree_growth import Growth
@@ -64,7 +64,7 @@ class HeadSession(ModelSession):
         return output.logits[0].float()  # [n, vocab]
 
 
-class HeadDrafter:
+class HeadDrafter(Drafter):
     """Sequence and tree drafter over a :class:`~specplan.runtime.drafters.head_model.DraftHead`."""
 
     def __init__(self, name: str, head: torch.nn.Module, device: torch.device, width: int = 8):
@@ -73,6 +73,9 @@ class HeadDrafter:
         self.verifier: ModelSession | None = None
         self.width = width  # most ranked children per node in best-first growth
         self.true_length = 0  # head positions computed from the verifier's own features
+
+    def sessions(self) -> list[ModelSession]:
+        return [self.session]
 
     def attach_verifier(self, verifier: ModelSession) -> None:
         """Read ``verifier``'s hidden states from now on (its cache restarts so they align)."""

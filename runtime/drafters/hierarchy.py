@@ -5,7 +5,7 @@ Hierarchical speculative decoding (HSD, Mohri et al., arXiv 2510.19705; SpecMQua
 below it (a tree or a chain from a cheaper drafter) round after round, accumulating its
 committed tokens until the plan's gamma; that sequence is the draft the stage above verifies.
 
-Overshoot (planner-math.md section 4): every middle round's draft is capped so that its
+Overshoot (docs/planner-math.md section 4): every middle round's draft is capped so that its
 accepted path cannot commit more than the tokens still wanted, so a request for gamma tokens
 returns exactly gamma (fewer only at an end-of-sequence token). In tokens this equals the
 plan's ``trim`` rule (the tokens kept are the same), and it never verifies nodes that would
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Proposal, SamplingConfig
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.stage import StageRunner, StageStats
 
 
-class HierarchyDrafter:
+class HierarchyDrafter(Drafter):
     """Drafts for the stage above by running ``stage`` (whose verifier is the middle model)."""
 
     def __init__(self, name: str, stage: StageRunner, eos_ids: set[int] = frozenset()):
@@ -41,17 +41,11 @@ class HierarchyDrafter:
 
     def stage_stats(self) -> list[StageStats]:
         """Totals of every stage at or below this middle model, bottom first."""
-        nested = getattr(self.stage.drafter, "stage_stats", None)
-        return (nested() if nested is not None else []) + self.stats
+        return self.stage.drafter.stage_stats() + self.stats
 
     def sessions(self) -> list:
         """Every model session at or below this middle model (the bench times their forwards)."""
-        below = self.stage.drafter
-        if hasattr(below, "sessions"):
-            nested = below.sessions()
-        else:
-            nested = [below.session] if getattr(below, "session", None) is not None else []
-        return nested + [self.stage.verifier]
+        return self.stage.drafter.sessions() + [self.stage.verifier]
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         """Exactly ``gamma`` tokens of the middle model continuing ``committed`` (fewer after an EOS)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Proposal, SamplingConfig
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.sampling import target_probabilities
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import ModelSession
@@ -26,13 +26,16 @@ def choose_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torc
     return token, probs.cpu()
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     def __init__(self, name: str, model: torch.nn.Module, device: torch.device, runtime: RuntimeMode = EAGER):
         self.name = name
         self.session = ModelSession(model, device, runtime=runtime)
 
     def reset(self) -> None:
         self.session.reset()
+
+    def sessions(self) -> list[ModelSession]:
+        return [self.session]
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         uncached = self.session.rewind_to(committed)

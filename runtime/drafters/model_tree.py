@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
 from specplan.runtime.drafters.tree_growth import Children, Growth, grow_best_first, grow_static
 from specplan.runtime.sampling import target_probabilities
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -113,7 +113,7 @@ def grow_tree(level_logits, root_logits: torch.Tensor, root_token: int, shape: T
     return grow_best_first(expand, root_token, shape.budget, shape.depth, width)
 
 
-class ModelTreeDrafter:
+class ModelTreeDrafter(Drafter):
     """Tree drafting with a causal LM over its own KV cache (``model:`` or ``layerskip:`` specs)."""
 
     def __init__(self, name: str, model: torch.nn.Module, device: torch.device, width: int = 8,
@@ -124,6 +124,9 @@ class ModelTreeDrafter:
 
     def reset(self) -> None:
         self.session.reset()
+
+    def sessions(self) -> list[ModelSession]:
+        return [self.session]
 
     def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:

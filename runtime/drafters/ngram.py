@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Proposal, SamplingConfig
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 
 
 def lookup_continuation(context: list[int], max_ngram: int, length: int) -> tuple[int, ...]:
@@ -32,7 +32,7 @@ def lookup_continuation(context: list[int], max_ngram: int, length: int) -> tupl
     return ()
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """``ngram:N`` — deterministic proposals (point-mass draft distribution)."""
 
     def __init__(self, max_ngram: int):

@@ -45,6 +45,7 @@ class SuccessorTable:
 
 
 class RecycleDrafter(RetrievalTreeDrafter):
+    learns_from_verifier = True  # its successor table is the verifier's top-k (arXiv 2408.08696)
     """``recycle``: an adjacency table of each token's top-k successors, fed by the target."""
 
     context_tokens = 1

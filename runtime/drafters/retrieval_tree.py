@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Proposal, SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig, TreeShape
 from specplan.runtime.drafters.tree_growth import Children, Growth, grow_best_first, grow_static
 from specplan.runtime.tree import DraftTree
 
@@ -31,7 +31,7 @@ def unseen_start(seen: list[int], committed: list[int]) -> int | None:
     return len(seen)
 
 
-class RetrievalTreeDrafter:
+class RetrievalTreeDrafter(Drafter):
     """Base class: subclasses set ``name`` and ``context_tokens`` and define ``successors``."""
 
     name = "retrieval"

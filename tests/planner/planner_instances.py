@@ -180,7 +180,7 @@ def reference_draft_call(profile: Profile, drafter: str, width: int) -> float:
 
 
 def reference_chain_cost(profile: Profile, stages, temperature: float = 0.0) -> float:
-    """Closed-form ms per token of a chain of stages, bottom to top (planner-math.md 1, 2, 4)."""
+    """Closed-form ms per token of a chain of stages, bottom to top (docs/planner-math.md 1, 2, 4)."""
     if not stages:
         return plain_latency(profile, profile.target.id, 1)
     level = 0.0

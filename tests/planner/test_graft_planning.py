@@ -1,4 +1,4 @@
-"""The planner's prune-then-graft trees (Graft, arXiv 2605.20104; planner-math.md section 3)
+"""The planner's prune-then-graft trees (Graft, arXiv 2605.20104; docs/planner-math.md section 3)
 against brute force over every ordered tree, every model width B and every retrieval drafter."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from specplan.core.runtime_modes import RuntimeMode
 from specplan.runtime import compiled
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.drafters.ngram import NgramDrafter
@@ -22,6 +23,7 @@ from tests.runtime.test_static_cache import assert_same_logits, script
 from tests.runtime.tiny_models import tiny_llama
 
 CPU = torch.device("cpu")
+COMPILED = RuntimeMode("compiled")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -83,10 +85,10 @@ def test_two_models_of_one_shape_keep_their_own_weights(target):
 
 
 @pytest.mark.parametrize("shape", [None, TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))], ids=["sequence", "tree"])
-def test_compiled_engine_is_token_identical_to_plain(target, shape, monkeypatch):
-    monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
+def test_compiled_engine_is_token_identical_to_plain(target, shape):
     drafter = RecycleDrafter() if shape else NgramDrafter(3)
-    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=0 if shape else 4, tree=shape)
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=0 if shape else 4, tree=shape,
+                               runtime=COMPILED)
     assert engine.target.compiled
     for prompt in PROMPTS:
         assert list(engine.generate(prompt, 24, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 24)
@@ -122,12 +124,11 @@ def test_a_head_over_a_compiled_verifier_drafts_exactly_and_is_greedy_identical(
     from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
     from tests.runtime.test_head_drafter import CheckedHead, tiny_head
 
-    monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
     shape = dict(shape)
     drafter = CheckedHead("head", tiny_head(target), CPU)
     if "graft" in shape:  # a plan's head tree with ngram tokens grafted in (Graft, arXiv 2605.20104)
         drafter = GraftDrafter(drafter, NgramTreeDrafter(2), shape.pop("graft"))
-    engine = SpeculativeEngine(target, CPU, set(), drafter, **shape)
+    engine = SpeculativeEngine(target, CPU, set(), drafter, runtime=COMPILED, **shape)
     assert engine.target.compiled
     before = CheckedHead.checked
     for prompt in PROMPTS:

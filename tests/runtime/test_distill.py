@@ -258,7 +258,7 @@ def test_rerun_reuses_data_and_resumes(distilled, tiny_model_dir):
 
 
 def parse(argv):
-    from specplan.cli.distill import add_distill_parser
+    from specplan.cli.distill import add_parser as add_distill_parser
 
     parser = argparse.ArgumentParser()
     add_distill_parser(parser.add_subparsers())
@@ -275,14 +275,14 @@ def parse(argv):
     (["--threads", "0"], "--threads"),
 ])
 def test_command_rejects_bad_input(argv, message):
-    from specplan.cli.distill import command_distill
+    from specplan.cli.distill import command as command_distill
 
     with pytest.raises(SpecplanError, match=message):
         command_distill(parse(argv))
 
 
 def test_command_refuses_a_foreign_directory(tmp_path, tiny_model_dir):
-    from specplan.cli.distill import command_distill
+    from specplan.cli.distill import command as command_distill
 
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SpecplanError, match="did not write"):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
 from specplan.runtime.drafters.model import ModelDrafter
@@ -29,13 +30,13 @@ def reference_greedy(model, prompt: list[int], new_tokens: int) -> list[int]:
     return ids[len(prompt):]
 
 
-def drafters(target):
+def drafters(target, runtime: RuntimeMode = EAGER):
     other = tiny_llama("sdpa", seed=1)
     return {
         "ngram": NgramDrafter(3),
-        "layerskip": ModelDrafter("layerskip-1", layer_skip_view(target, parse_kept_layers("1", 2)), CPU),
-        "model": ModelDrafter("model", other, CPU),
-        "self": ModelDrafter("self", tiny_llama("sdpa", seed=0), CPU),  # the target itself: every draft accepted
+        "layerskip": ModelDrafter("layerskip-1", layer_skip_view(target, parse_kept_layers("1", 2)), CPU, runtime),
+        "model": ModelDrafter("model", other, CPU, runtime),
+        "self": ModelDrafter("self", tiny_llama("sdpa", seed=0), CPU, runtime),  # the target itself: every draft accepted
     }
 
 

@@ -9,7 +9,7 @@ import torch
 from specplan.core.errors import PlanError
 from specplan.core.plan import Plan, Prediction, Stage, StageShape
 from specplan.runtime.build import build_engine
-from specplan.runtime.drafters.base import Proposal, SamplingConfig
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.drafters.hierarchy import HierarchyDrafter
 from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
@@ -109,7 +109,7 @@ def test_sampled_three_level_output_has_the_target_distribution(gamma):
     assert chi_square_pvalue(third_tokens(engine, 1500), third_token_distribution(target, PROMPT)) > 1e-3
 
 
-class MisreportsItsDistribution:
+class MisreportsItsDistribution(Drafter):
     """A broken middle: it drafts its own samples but reports a uniform draft distribution.
 
     (Reporting them as deterministic would not do: point-mass verification is lossless

@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
@@ -178,7 +178,7 @@ def test_retrieval_rank_replay_plays_the_tree_engines_rounds():
     assert any(full_depth)  # some rounds accepted a depth-2 path: their bonus position was not ranked
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Retrieval candidates scripted per output position: ``ranks[p]`` places the truth there."""
 
     context_tokens = 10**6  # the whole committed text: its length tells the output position

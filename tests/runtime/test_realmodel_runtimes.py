@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specplan.core.runtime_modes import RuntimeMode
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime import compiled
@@ -54,20 +55,20 @@ def check(engine: SpeculativeEngine, pairs, name: str) -> None:
 
 
 def test_fp32_static_and_compiled_runtimes_are_token_identical(real_target, monkeypatch):
-    monkeypatch.delenv("SPECPLAN_RUNTIME", raising=False)
     pairs = prompts_and_references(real_target)
     eos = eos_ids(real_target)
-    monkeypatch.setenv("SPECPLAN_RUNTIME", "static")
-    layerskip = build_tree_drafter(parse_drafter_spec("layerskip:20"), real_target, CPU)
-    check(SpeculativeEngine(real_target.model, CPU, eos), pairs, "static plain")
-    check(SpeculativeEngine(real_target.model, CPU, eos, layerskip, tree=TreeShape(budget=6, depth=2)), pairs,
-          "static layerskip tree")
-    monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
+    static, compiled_mode = RuntimeMode("static"), RuntimeMode("compiled")
+    layerskip = build_tree_drafter(parse_drafter_spec("layerskip:20"), real_target, CPU, runtime=static)
+    check(SpeculativeEngine(real_target.model, CPU, eos, runtime=static), pairs, "static plain")
+    check(SpeculativeEngine(real_target.model, CPU, eos, layerskip, tree=TreeShape(budget=6, depth=2), runtime=static),
+          pairs, "static layerskip tree")
     monkeypatch.setattr(compiled, "BUCKETS", (16,))
     engines = {
-        "compiled plain": SpeculativeEngine(real_target.model, CPU, eos),
-        "compiled ngram chain": SpeculativeEngine(real_target.model, CPU, eos, NgramDrafter(3), gamma=4),
-        "compiled recycle tree": SpeculativeEngine(real_target.model, CPU, eos, RecycleDrafter(), tree=RECYCLE_TREE),
+        "compiled plain": SpeculativeEngine(real_target.model, CPU, eos, runtime=compiled_mode),
+        "compiled ngram chain": SpeculativeEngine(real_target.model, CPU, eos, NgramDrafter(3), gamma=4,
+                                                  runtime=compiled_mode),
+        "compiled recycle tree": SpeculativeEngine(real_target.model, CPU, eos, RecycleDrafter(), tree=RECYCLE_TREE,
+                                                   runtime=compiled_mode),
     }
     for name, engine in engines.items():
         check(engine, pairs, name)

@@ -2,7 +2,7 @@
 
 Logits of every session operation (prefill, chain, tree, keep-accepted, rollback, growth) must
 match the dynamic cache's, and whole engines (sequences and trees, model and layer-skip
-drafters) must stay token-identical to plain greedy decoding with ``SPECPLAN_RUNTIME=static``.
+drafters) must stay token-identical to plain greedy decoding in the ``static`` runtime.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from specplan.core.errors import SpecplanError
 from specplan.runtime.drafters.base import SamplingConfig, TreeShape
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.core.runtime_modes import profile_mode, session_options
+from specplan.core.runtime_modes import RuntimeMode, runtime_from_environment
 from specplan.runtime.session import ModelSession
 from specplan.runtime.static_cache import StaticKVCache
 from specplan.runtime.tree import DraftTree
@@ -22,6 +22,7 @@ from tests.runtime.test_tree_engine import make_drafter
 from tests.runtime.tiny_models import tiny_llama
 
 CPU = torch.device("cpu")
+STATIC = RuntimeMode("static")
 PARENTS = (-1, 0, 0, 0, 1, 1, 2, 4, 6)
 PREFIX = list(range(3, 40))
 
@@ -109,11 +110,12 @@ def test_rollback_below_zero_or_past_the_end_is_refused():
 
 
 @pytest.mark.parametrize("name", ["ngram", "layerskip", "model"])
-def test_sequence_engine_is_token_identical_with_the_static_cache(name, monkeypatch):
-    monkeypatch.setenv("SPECPLAN_RUNTIME", "static")
+def test_sequence_engine_is_token_identical_with_the_static_cache(name):
     target = tiny_llama("sdpa", seed=0)
-    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafters(target)[name], gamma=4)
+    drafter = drafters(target, STATIC)[name]
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=4, runtime=STATIC)
     assert engine.target.cache_kind == "static"
+    assert name == "ngram" or drafter.session.cache_kind == "static"
     for prompt in PROMPTS:
         assert list(engine.generate(prompt, 24, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 24)
 
@@ -121,19 +123,32 @@ def test_sequence_engine_is_token_identical_with_the_static_cache(name, monkeypa
 @pytest.mark.parametrize("shape", [TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7)), TreeShape(budget=10, depth=4)],
                          ids=["static", "dynamic"])
 @pytest.mark.parametrize("name", ["model", "layerskip", "recycle"])
-def test_tree_engine_is_token_identical_with_the_static_cache(name, shape, monkeypatch):
-    monkeypatch.setenv("SPECPLAN_RUNTIME", "static")
+def test_tree_engine_is_token_identical_with_the_static_cache(name, shape):
     target = tiny_llama("sdpa", seed=0)
-    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=make_drafter(name, target), tree=shape)
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=make_drafter(name, target, STATIC), tree=shape,
+                               runtime=STATIC)
+    assert engine.target.cache_kind == "static"
     for prompt in PROMPTS:
         assert list(engine.generate(prompt, 24, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 24)
 
 
-def test_the_runtime_comes_from_the_environment(monkeypatch):
+def test_the_command_line_maps_the_environment_onto_a_runtime_mode(monkeypatch):
     monkeypatch.delenv("SPECPLAN_RUNTIME", raising=False)
-    assert session_options() == {"cache": "dynamic", "compiled": False} and profile_mode() == "eager"
+    eager = runtime_from_environment()
+    assert eager.session_options() == {"cache": "dynamic", "compiled": False} and eager.profile_label == "eager"
     monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
-    assert session_options() == {"cache": "static", "compiled": True} and profile_mode() == "compiled"
+    compiled = runtime_from_environment()
+    assert compiled.session_options() == {"cache": "static", "compiled": True} and compiled.profile_label == "compiled"
+    assert runtime_from_environment("static").name == "static"  # --runtime wins over the variable
     monkeypatch.setenv("SPECPLAN_RUNTIME", "fast")
     with pytest.raises(SpecplanError, match="SPECPLAN_RUNTIME"):
-        session_options()
+        runtime_from_environment()
+    with pytest.raises(SpecplanError, match="not a runtime"):
+        RuntimeMode("fast")
+
+
+def test_the_runtime_never_reads_the_environment(monkeypatch):
+    """Below the command line the mode is a value: the variable alone changes no session."""
+    monkeypatch.setenv("SPECPLAN_RUNTIME", "compiled")
+    assert ModelSession(tiny_llama("sdpa", seed=0), CPU).cache_kind == "dynamic"
+    assert ModelSession(tiny_llama("sdpa", seed=0), CPU, runtime=STATIC).cache_kind == "static"

@@ -57,7 +57,7 @@ def markov_expander(rows: torch.Tensor):
 
 
 def heap_reference(rows: torch.Tensor, root: int, budget: int, depth: int, width: int) -> set[tuple[int, ...]]:
-    """planner-math.md section 2, literally: pop the best candidate, push its best child and its next sibling."""
+    """docs/planner-math.md section 2, literally: pop the best candidate, push its best child and its next sibling."""
     ranked = {token: torch.topk(rows[token], width) for token in range(rows.shape[0])}
 
     def candidate(path, score, rank):  # the rank-th child of the node at ``path``

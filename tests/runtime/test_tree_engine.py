@@ -10,11 +10,12 @@ import pytest
 import torch
 from scipy import stats
 
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.core.errors import PlanError, TreeError
 from specplan.core.plan import Plan, Prediction, Stage, StageShape, plan_from_dict, plan_to_dict
 from specplan.core.profile import DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
 from specplan.runtime.build import build_engine
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
@@ -46,15 +47,16 @@ def near_llama():
     return model
 
 
-def make_drafter(name: str, target):
-    """A tree drafter for ``target`` by name."""
-    other = lambda: ModelTreeDrafter("model", tiny_llama("sdpa", seed=1), CPU)  # noqa: E731
-    near = lambda: ModelTreeDrafter("near", near_llama(), CPU)  # noqa: E731
+def make_drafter(name: str, target, runtime: RuntimeMode = EAGER):
+    """A tree drafter for ``target`` by name (model drafters' sessions run ``runtime``)."""
+    other = lambda: ModelTreeDrafter("model", tiny_llama("sdpa", seed=1), CPU, runtime=runtime)  # noqa: E731
+    near = lambda: ModelTreeDrafter("near", near_llama(), CPU, runtime=runtime)  # noqa: E731
     return {
         "model": other,
         "near": near,
-        "layerskip": lambda: ModelTreeDrafter("layerskip-1", layer_skip_view(target, parse_kept_layers("1", 2)), CPU),
-        "self": lambda: ModelTreeDrafter("self", tiny_llama("sdpa", seed=0), CPU),  # the target: always accepted
+        "layerskip": lambda: ModelTreeDrafter("layerskip-1", layer_skip_view(target, parse_kept_layers("1", 2)), CPU,
+                                              runtime=runtime),
+        "self": lambda: ModelTreeDrafter("self", tiny_llama("sdpa", seed=0), CPU, runtime=runtime),  # always accepted
         "ngram": lambda: NgramTreeDrafter(3),
         "recycle": lambda: RecycleDrafter(),
         "cache": lambda: CacheDrafter(),
@@ -123,7 +125,7 @@ def chi_square_pvalue(draws: list[int], expected: np.ndarray) -> float:
     return stats.chisquare(observed, wanted * observed.sum() / wanted.sum()).pvalue
 
 
-class MisreportsItsDraft:
+class MisreportsItsDraft(Drafter):
     """A broken drafter: it samples from its own distribution but reports a uniform one.
 
     (Passing sampled children off as deterministic would not do: verifying a point mass is
