@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-NEAR_TIE = 0.5  # logits: a bf16 forward over n tokens differs from n decode steps by up to ~0.1-0.3
+from specplan.runtime.lossless import NEAR_TIE, LosslessCheck, check_lossless, first_divergence  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -60,44 +60,7 @@ class Measurement:
         return max(0.0, 1.0 - self.forward_seconds / self.seconds) if self.seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class LosslessCheck:
-    """An output against the reference: where they first differ and the target's top-2 gap there."""
 
-    identical: bool
-    index: int | None = None  # first differing position (the shorter length when one is a prefix)
-    gap: float | None = None  # target's top-2 logit gap after the common prefix (None: not computed)
-
-    @property
-    def near_tie(self) -> bool:
-        return not self.identical and self.gap is not None and self.gap < NEAR_TIE
-
-
-def first_divergence(reference: Sequence[int], output: Sequence[int]) -> int | None:
-    """Index of the first differing token; the shorter length when one is a strict prefix; None if equal.
-
-    >>> first_divergence([1, 2, 3], [1, 2, 3]) is None
-    True
-    >>> first_divergence([1, 2, 3], [1, 5, 3])
-    1
-    >>> first_divergence([1, 2, 3], [1, 2])
-    2
-    """
-    for index, (a, b) in enumerate(zip(reference, output)):
-        if a != b:
-            return index
-    if len(reference) != len(output):
-        return min(len(reference), len(output))
-    return None
-
-
-def check_lossless(reference: Sequence[int], output: Sequence[int],
-                   gap_at: Callable[[int], float | None] | None = None) -> LosslessCheck:
-    """Compare ``output`` with ``reference``; ``gap_at(index)`` gives the target's top-2 gap there."""
-    index = first_divergence(reference, output)
-    if index is None:
-        return LosslessCheck(True)
-    return LosslessCheck(False, index, gap_at(index) if gap_at is not None else None)
 
 
 def lossless_verdict(checks: Sequence[LosslessCheck], dtype: str) -> tuple[bool, str]:

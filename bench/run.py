@@ -34,6 +34,7 @@ from specplan.bench.quality import measured_terms, plan_quality
 from specplan.bench.report import BenchReport
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.lossless import divergence_gap
 from specplan.bench.peers import build_peers
 
 BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", "grid")
@@ -55,15 +56,6 @@ class BenchSettings:
     warmup_tokens: int = 8
     assistant: str | None = None  # profile id of a drafter network for hf-assisted when the plan has none
 
-
-@torch.inference_mode()
-def divergence_gap(model: torch.nn.Module, prompt_ids: list[int], reference: Sequence[int], index: int) -> float:
-    """The target's top-2 logit gap after ``prompt_ids + reference[:index]`` (one full forward)."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([list(prompt_ids) + list(reference[:index])], device=device)  # [1, length]
-    logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()  # [vocab]
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])
 
 
 def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, costs: dict, notes: list[str]) -> list[Method]:

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specplan.core.errors import PlanError
+from specplan.core.errors import PlanError, TreeError
+from specplan.core.parents import check_parents
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
 SHAPE_KINDS = ("sequence", "tree")
@@ -47,8 +48,13 @@ class StageShape:
         if self.kind == "tree":
             if self.parents:
                 validate_parents(self.parents)
+                if self.dynamic:
+                    raise PlanError("a tree with a `parents` array is static; drop `dynamic: true` or the parents")
             elif self.budget < 1 or self.depth < 1:
                 raise PlanError("tree shape needs `parents` or budget >= 1 and depth >= 1; fix the plan")
+            elif not self.dynamic:
+                raise PlanError("a tree without `parents` is grown best-first at run time: set `dynamic: true` "
+                                "(or give the static tree's parents); fix the plan")
         if self.graft or self.graft_budget:
             size = len(self.parents) or self.budget
             if self.kind != "tree" or not self.graft or not 1 <= self.graft_budget < size:
@@ -59,15 +65,11 @@ class StageShape:
 
 
 def validate_parents(parents: tuple[int, ...] | list[int]) -> None:
-    """A parent array is a tree iff parents[0] == -1 and 0 <= parents[i] < i for i >= 1."""
-    if not parents or parents[0] != -1:
-        raise PlanError("tree parents must start with -1 (node 0 is the root); fix the plan")
-    for index, parent in enumerate(parents[1:], start=1):
-        if not 0 <= parent < index:
-            raise PlanError(
-                f"tree parents[{index}] = {parent} is not an earlier node (need 0 <= parent < {index}); "
-                "a parent must come before its child"
-            )
+    """A plan's parent array through the one validator (core/parents.py), as a PlanError."""
+    try:
+        check_parents(parents)
+    except TreeError as error:
+        raise PlanError(f"tree parents: {error}; fix the plan") from None
 
 
 @dataclass(frozen=True)

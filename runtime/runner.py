@@ -19,6 +19,7 @@ from specplan.runtime.build import build_engine, eos_ids
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
+from specplan.runtime.lossless import NEAR_TIE, divergence_gap, first_divergence
 from specplan.models.load import LoadedModel, quiet_transformers
 from specplan.quant.load import load_model_variant
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -27,11 +28,27 @@ from specplan.runtime.device import describe_device
 
 @dataclass(frozen=True)
 class PlainComparison:
-    """Plain decoding of the same prompt in the same process (``compare_plain``)."""
+    """Plain decoding of the same prompt in the same process (``compare_plain``). Where the outputs
+    part, ``divergence`` is the first differing new token and ``gap`` the target's top-2 logit gap
+    there (runtime/lossless.py): below NEAR_TIE it is a numerical near-tie of 16-bit arithmetic."""
 
     tokens_per_s: float
     speedup: float | None
     identical: bool
+    divergence: int | None = None
+    gap: float | None = None
+
+    @property
+    def near_tie(self) -> bool:
+        return not self.identical and self.gap is not None and self.gap < NEAR_TIE
+
+    def describe(self, dtype: str) -> str:
+        if self.identical:
+            return "identical output: yes"
+        where = f"outputs part at new token {self.divergence}, where the target's top-2 logit gap is {self.gap:.3f}"
+        if self.near_tie:
+            return f"{where}: a {dtype} near-tie (< {NEAR_TIE}), not a lossless failure; float32 is token-identical"
+        return f"{where}: NOT a near-tie; a lossless failure, please report it"
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,9 @@ class RunResult:
             record["plain_tokens_per_s"] = round(self.plain.tokens_per_s, 3)
             record["speedup"] = round(self.plain.speedup, 4) if self.plain.speedup is not None else None
             record["identical_to_plain"] = self.plain.identical
+            if not self.plain.identical:
+                record["first_divergence"] = self.plain.divergence
+                record["divergence_gap"] = None if self.plain.gap is None else round(self.plain.gap, 4)
         record.update(self.extra)
         return record
 
@@ -130,7 +150,10 @@ class PlanRunner:
         if compare_plain:
             baseline = self.generate(prompt_ids, max_new_tokens, sampling, plain=True)
             speedup = result.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None
-            plain = PlainComparison(baseline.tokens_per_s, speedup, list(baseline.token_ids) == list(result.token_ids))
+            index = first_divergence(baseline.token_ids, result.token_ids) if sampling.greedy else None
+            identical = list(baseline.token_ids) == list(result.token_ids)
+            gap = divergence_gap(self.target.model, prompt_ids, baseline.token_ids, index) if index is not None else None
+            plain = PlainComparison(baseline.tokens_per_s, speedup, identical, index, gap)
         return RunResult(
             prompt_id=prompt.prompt_id, category=prompt.category, token_ids=tuple(result.token_ids),
             text=self.target.tokenizer.decode(result.token_ids, skip_special_tokens=True),
@@ -139,12 +162,13 @@ class PlanRunner:
             stages=tuple(stats.as_record() for stats in result.stages if stats.drafter != "none"),
             predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain)
 
-    def summary_line(self, result: RunResult | dict) -> str:
-        record = result.as_record() if isinstance(result, RunResult) else result
-        line = (f"[specplan] {record['new_tokens']} tokens in {record['seconds']:.2f} s: {record['tokens_per_s']:.1f} tok/s, "
-                f"{record['mean_accepted']:.2f} tokens per target forward ({self.plan.summary()}; predicted "
+    def summary_line(self, result: RunResult) -> str:
+        line = (f"[specplan] {result.new_tokens} tokens in {result.seconds:.2f} s: {result.tokens_per_s:.1f} tok/s, "
+                f"{result.mean_accepted:.2f} tokens per target forward ({self.plan.summary()}; predicted "
                 f"{self.plan.predicted.tokens_per_s:.1f} tok/s)")
-        if "speedup" in record:
-            line += (f"; plain decoding {record['plain_tokens_per_s']:.1f} tok/s -> speedup {record['speedup']:.2f}x"
-                     f" (identical output: {'yes' if record['identical_to_plain'] else 'no'})")
+        plain = result.plain
+        if plain is not None:
+            speedup = f"{plain.speedup:.2f}x" if plain.speedup is not None else "n/a"
+            line += (f"; plain decoding {plain.tokens_per_s:.1f} tok/s -> speedup {speedup} "
+                     f"({plain.describe(self.target.dtype)})")
         return line

@@ -24,35 +24,8 @@ from functools import cached_property
 import torch
 
 from specplan.core.errors import TreeError
+from specplan.core.parents import check_parents
 
-
-def check_parents(parents: Sequence[int]) -> tuple[int, ...]:
-    """Validate a parent array and return it as a tuple of ints.
-
-    Raises
-    ------
-    TreeError
-        If it is empty, the root's parent is not -1, or some node's parent is not an
-        earlier node (which is what a cycle or a parent listed after its child looks like).
-
-    Example
-    -------
-    >>> check_parents([-1, 0, 0, 1])
-    (-1, 0, 0, 1)
-    """
-    parents = tuple(int(parent) for parent in parents)
-    if not parents:
-        raise TreeError("a tree needs at least one node (the root); got an empty parent array")
-    if parents[0] != -1:
-        raise TreeError(f"node 0 is the root and its parent must be -1, got {parents[0]}")
-    for node, parent in enumerate(parents[1:], start=1):
-        if not 0 <= parent < node:
-            kind = "itself or a later node (a cycle, or a parent after its child)" if parent >= node else "not a node"
-            raise TreeError(
-                f"node {node} has parent {parent}, which is {kind}; every parent must be an earlier node "
-                f"(parents[i] < i), e.g. (-1, 0, 0, 1)"
-            )
-    return parents
 
 
 def parents_from_path_lists(paths: Sequence[Sequence[int]]) -> tuple[int, ...]:

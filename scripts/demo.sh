@@ -5,5 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 mkdir -p out
 .venv/bin/specplan profile --quick -o out/profile.yaml   # also writes out/plan.yaml
+# A prompt whose answer repeats much of its text, so the plan's drafters have something to look up.
 .venv/bin/specplan run out/plan.yaml --compare-plain --max-new-tokens 96 \
-    --prompt "Summarise in three sentences why speculative decoding keeps the output of the large model unchanged."
+    --prompt "Fix the spelling in this paragraph and print the corrected paragraph: Speculative decodeing lets a small draft modle propose several tokens, and the large target modle checks them all in one forward pass. The output is exactly what the target would have writen alone, only faster."

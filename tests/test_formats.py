@@ -75,7 +75,7 @@ def test_missing_profile_file(tmp_path):
 
 
 @pytest.mark.parametrize("parents, fragment", [
-    ((0, 0), "start with -1"),
+    ((0, 0), "must be -1"),
     ((-1, 0, 3, 1), "earlier node"),
     ((-1, 1), "earlier node"),
 ])
@@ -108,3 +108,18 @@ def test_plan_missing_field():
     del document["predicted"]
     with pytest.raises(PlanError, match="predicted"):
         plan_from_dict(document)
+
+
+@pytest.mark.parametrize("shape, message", [
+    (dict(kind="tree", parents=(-1, 0), dynamic=True), "is static"),
+    (dict(kind="tree", budget=8, depth=3), "set `dynamic: true`"),
+    (dict(kind="tree", parents=(-1, 1)), "fix the plan"),
+])
+def test_a_tree_shape_says_what_it_is(shape, message):
+    """``dynamic`` means something: a tree with parents is static, one without is grown at run time."""
+    from specplan.core.errors import PlanError
+    from specplan.core.plan import StageShape
+
+    with pytest.raises(PlanError, match=message):
+        StageShape(**shape)
+    assert StageShape("tree", budget=8, depth=3, dynamic=True).dynamic

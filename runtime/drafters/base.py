@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from specplan.core.errors import TreeError
-from specplan.runtime.tree import DraftTree, check_parents
+from specplan.core.parents import check_parents, node_depths
+from specplan.runtime.tree import DraftTree
 
 if TYPE_CHECKING:
     from specplan.runtime.session import ModelSession
@@ -87,12 +88,7 @@ class TreeShape:
 
     @property
     def max_depth(self) -> int:
-        if not self.parents:
-            return self.depth
-        depth = [0] * len(self.parents)
-        for node in range(1, len(self.parents)):
-            depth[node] = depth[self.parents[node]] + 1
-        return max(depth)
+        return max(node_depths(self.parents)) if self.parents else self.depth
 
     def capped(self, depth: int) -> "TreeShape | None":
         """The same shape without nodes deeper than ``depth`` (None when ``depth < 1``: no draft)."""

@@ -154,7 +154,7 @@ def test_build_engine_runs_multi_stage_plans(bottom):
     ((Stage("ngram-3", "layerskip-1", StageShape("sequence", gamma=2)), Stage("recycle", "target", StageShape("sequence", gamma=2))),
      "must draft the next stage"),
     ((Stage("ngram-3", "layerskip-1", StageShape("sequence", gamma=2)),
-      Stage("layerskip-1", "target", StageShape("tree", budget=4, depth=2))), "only the bottom stage"),
+      Stage("layerskip-1", "target", StageShape("tree", budget=4, depth=2, dynamic=True))), "only the bottom stage"),
     ((Stage("ngram-3", "recycle", StageShape("sequence", gamma=2)), Stage("recycle", "target", StageShape("sequence", gamma=2))),
      "retrieval drafter"),
 ], ids=["broken-chain", "tree-on-top", "retrieval-verifier"])

@@ -224,6 +224,6 @@ def test_bad_tree_shapes_are_rejected_in_one_line(make, error):
 
 
 def test_graft_into_a_retrieval_drafter_is_a_plan_error():
-    plan = tree_plan("recycle", StageShape("tree", budget=8, depth=3, graft="ngram-3", graft_budget=2))
+    plan = tree_plan("recycle", StageShape("tree", budget=8, depth=3, dynamic=True, graft="ngram-3", graft_budget=2))
     with pytest.raises(PlanError, match="graft"):
         build_engine(plan, tiny_profile(), tiny_loaded(tiny_llama("sdpa", seed=0)), CPU)
