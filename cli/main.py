@@ -14,7 +14,8 @@ import os
 import sys
 import warnings
 
-from specplan.cli.options import quiet_libraries, show_warning
+from specplan.cli.options import show_warning
+from specplan.core.quiet import quiet_libraries
 from specplan.core.errors import SpecplanError
 
 VERBS = ("profile", "plan", "run", "bench", "roofline", "export", "quantize", "distill", "models")

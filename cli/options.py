@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import sys
-import warnings
 
 from specplan.core.runtime_modes import RuntimeMode, runtime_from_environment
 
@@ -25,23 +23,6 @@ def resolve_dtype(dtype: str) -> str:
     return "bfloat16" if dtype == "auto" else dtype
 
 
-# Loggers of libraries that print on import or load whatever the command does: torchao (which
-# transformers imports whenever it is installed, a 4-bit model or not), torch's pytree registry
-# (called by torchao), bitsandbytes' optional kernels, transformers itself.
-LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes", "transformers", "gptqmodel", "optimum",
-                   "accelerate")
-
-
-def quiet_libraries(verbose: bool) -> None:
-    """Before anything heavy is imported: library log lines and warnings only with ``--verbose``.
-
-    The program's own warnings (``specplan: warning: ...``) always show."""
-    if verbose:
-        return
-    for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    for module in ("torch", "torchao", "transformers", "bitsandbytes", "gptqmodel", "optimum", "accelerate", "tqdm"):
-        warnings.filterwarnings("ignore", module=module)
 
 
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:

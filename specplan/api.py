@@ -27,6 +27,7 @@ from specplan.core.errors import PlanError
 from specplan.core.plan import Plan, load_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.core.prompts import Prompt
+from specplan.core.quiet import quiet_import_noise
 from specplan.core.runtime_modes import RuntimeMode
 from specplan.core.yamlio import file_sha256
 from specplan.planner import PlanOptions, PlanResult, solve_plan
@@ -96,6 +97,7 @@ class Runner:
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode = "eager", force: bool = False) -> "Runner":
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
         mode = runtime if isinstance(runtime, RuntimeMode) else RuntimeMode(runtime)
+        quiet_import_noise()
         from specplan.runtime.runner import PlanRunner
 
         return cls(PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode))

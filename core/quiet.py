@@ -1,0 +1,37 @@
+"""Quiet start: library log lines and warnings that say nothing about the user's work.
+
+Set before anything heavy is imported (torch's pytree registry logs as torchao registers its
+types, and transformers imports torchao whenever it is installed, 4-bit model or not).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+# Loggers of libraries that print on import or load whatever the command does: torchao (which
+# transformers imports whenever it is installed, a 4-bit model or not), torch's pytree registry
+# (called by torchao), bitsandbytes' optional kernels, transformers itself.
+LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes", "transformers", "gptqmodel", "optimum",
+                   "accelerate")
+
+IMPORT_NOISE = ("torchao", "torch.utils._pytree", "bitsandbytes")
+
+
+def quiet_import_noise() -> None:
+    """Only the import-time chatter of the 4-bit backends' dependencies (what the API does)."""
+    for name in IMPORT_NOISE:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """Before anything heavy is imported: library log lines and warnings only with ``--verbose``.
+
+    The program's own warnings (``specplan: warning: ...``) always show."""
+    if verbose:
+        return
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for module in ("torch", "torchao", "transformers", "bitsandbytes", "gptqmodel", "optimum", "accelerate", "tqdm"):
+        warnings.filterwarnings("ignore", module=module)
+
