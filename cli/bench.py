@@ -9,13 +9,16 @@ from pathlib import Path
 from specplan.cli.options import add_runtime_option, runtime_of
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
-from specplan.core.prompts import read_prompts, spec_bench_split, stratified
+from specplan.core.prompts import read_prompts, stratified
+from specplan.core.workloads import WORKLOADS, workload_split
 
 
 def add_parser(commands) -> None:
     parser = commands.add_parser("bench", help="measure a plan against plain decoding, transformers' peers and the grid")
     parser.add_argument("plan", help="plan.yaml written by `specplan plan` or `specplan profile`")
-    parser.add_argument("--prompts", help="JSONL prompts (default: Spec-Bench evaluation split)")
+    parser.add_argument("--prompts", help="JSONL prompts (default: the workload's evaluation split)")
+    parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS,
+                        help="evaluation prompts: Spec-Bench (default) or HumanEval's evaluation split")
     parser.add_argument("--limit", type=int, default=26, help="prompts to use, spread over categories")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt, the same for every method")
     parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
@@ -92,6 +95,8 @@ def _command_line(args) -> str:
     parts = ["specplan", "bench", args.plan]
     if args.prompts:
         parts += ["--prompts", args.prompts]
+    elif args.workload != "spec-bench":
+        parts += ["--workload", args.workload]
     parts += ["--limit", args.limit, "--max-new-tokens", args.max_new_tokens, "--baselines", args.baselines]
     if "grid" in args.baselines:
         parts += ["--grid-gammas", args.grid_gammas]
@@ -114,8 +119,9 @@ def command(args) -> int:
     budgets = _budgets(getattr(args, "grid_budgets", None))  # --grid-budgets once specplan/cli.py defines it
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     assistant = _assistant(profile, args.assistant)
-    prompts = read_prompts(args.prompts) if args.prompts else spec_bench_split("evaluation")
-    source = str(args.prompts) if args.prompts else "Spec-Bench evaluation split"
+    prompts = read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation")
+    source = str(args.prompts) if args.prompts else {"spec-bench": "Spec-Bench evaluation split"}.get(
+        args.workload, f"{args.workload} evaluation split")
     prompts = stratified(prompts, args.limit)
     plots = bool(args.report) and not args.no_plots
     if plots:

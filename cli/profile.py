@@ -11,6 +11,7 @@ from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import SpecplanError
 from specplan.core.profile import save_profile
 from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts, stratified
+from specplan.core.workloads import WORKLOADS, workload_split
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
 
@@ -23,7 +24,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--quant", action="append", default=None, choices=["none", "nf4", "gptq"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--prompts", help="JSONL calibration prompts (default: Spec-Bench calibration split)")
+    parser.add_argument("--prompts", help="JSONL calibration prompts (default: the workload's calibration split)")
+    parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS,
+                        help="calibration prompts: Spec-Bench (default) or HumanEval's calibration split")
     parser.add_argument("--limit", type=int, default=None, help="calibration prompts to use (default 40, --quick 13)")
     parser.add_argument("--quick", action="store_true", help="trimmed calibration: a few minutes on 2 CPU cores")
     parser.add_argument("--no-plan", action="store_true", help="do not solve and write plan.yaml afterwards")
@@ -40,7 +43,8 @@ def command(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise SpecplanError("--limit must be at least 1")
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
-    prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else profile_prompts(limit)
+    prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else (
+        profile_prompts(limit) if args.workload == "spec-bench" else stratified(workload_split(args.workload, "calibration"), limit))
     import torch  # noqa: F401 - heavy imports only once the arguments are known to be good
 
     from specplan.models.load import load_model, quiet_transformers
@@ -53,6 +57,8 @@ def command(args) -> int:
     settings = replace(settings, runtime=runtime_of(args))
     if args.prompts:
         settings = replace(settings, prompts_label=str(args.prompts))
+    elif args.workload != "spec-bench":
+        settings = replace(settings, prompts_label=f"{args.workload}:calibration")
     if quants == ["none"]:
         target = load_model(args.target, resolve_dtype(args.dtype), str(device))
         profile = run_profile(target, specs, prompts, device, settings)

@@ -64,9 +64,11 @@ def convert_gguf(gguf: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = _gguf_cache_dir(gguf)
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    weights = ("model.safetensors", "model.safetensors.index.json")  # one file, or shards and their index
+    if (target / "config.json").is_file() and any((target / name).is_file() for name in weights):
         return target
-    print(f"specplan: converting {gguf.name} to safetensors in {target} (once, ~20 s)", flush=True)
+    print(f"specplan: converting {gguf.name} to safetensors in {target} (once: ~20 s for the default model, "
+          "a few minutes for 1.5B)", flush=True)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     config = loaded.config
