@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specplan.runtime.lossless import NEAR_TIE, LosslessCheck, check_lossless, first_divergence  # noqa: F401
+from specplan.runtime.lossless import NEAR_TIE, LosslessCheck
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from specplan.runtime import build
 from specplan.runtime.warmup import compile_buckets
 from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
 from specplan.bench.methods import EngineMethod, Method
-from specplan.bench.metrics import LosslessCheck, Measurement, Row, check_lossless
+from specplan.bench.metrics import Measurement, Row
+from specplan.runtime.lossless import LosslessCheck, check_lossless
 from specplan.bench.quality import measured_terms, plan_quality
 from specplan.bench.report import BenchReport
 from specplan.models.chat import encode_prompt

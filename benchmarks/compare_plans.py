@@ -33,7 +33,8 @@ from specplan.planner.options import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.solve import plan_for_candidate
 from specplan.core.profile import load_profile
-from specplan.core.prompts import spec_bench_split, stratified
+from specplan.core.prompts import stratified
+from specplan.core.workloads import WORKLOADS, workload_split
 from specplan.bench.run import interleave, warm_up
 from specplan.bench.methods import EngineMethod
 from specplan.runtime.build import build_engine, eos_ids
@@ -42,7 +43,8 @@ from specplan.runtime.warmup import compile_buckets
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.core.runtime_modes import runtime_from_environment
-from specplan.models.load import load_model, quiet_transformers
+from specplan.models.load import quiet_transformers
+from specplan.quant.load import load_model_variant
 from specplan.bench.peers import GenerateMethod
 
 
@@ -108,6 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile")
     parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS, help="evaluation prompts")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--dtype", default=None, help="target compute dtype (default: the profile's)")
     parser.add_argument("--quant", default=None,
@@ -137,7 +140,7 @@ def main() -> None:
     for name, plan in plans.items():
         methods.append(EngineMethod(name, "plan", build_engine(plan, profile, target, device, runtime), sampling, plan.summary()))
         predicted[name] = plan.predicted.tokens_per_s
-    prompts = stratified(spec_bench_split("evaluation"), args.limit)
+    prompts = stratified(workload_split(args.workload, "evaluation"), args.limit)
     encoded = [(prompt, encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
     if runtime.compiled:
         seconds = compile_buckets(target.model, device, encoded[0][1], runtime)

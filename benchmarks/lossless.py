@@ -18,7 +18,7 @@ import torch
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.prompts import spec_bench_split, stratified
 from specplan.bench.run import divergence_gap
-from specplan.bench.metrics import NEAR_TIE, first_divergence
+from specplan.runtime.lossless import NEAR_TIE, first_divergence
 from specplan.runtime.build import build_drafter, eos_ids
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig

@@ -45,7 +45,6 @@ def command(args) -> int:
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
     prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else (
         profile_prompts(limit) if args.workload == "spec-bench" else stratified(workload_split(args.workload, "calibration"), limit))
-    import torch  # noqa: F401 - heavy imports only once the arguments are known to be good
 
     from specplan.models.load import load_model, quiet_transformers
     from specplan.profiler.run import ProfileSettings, run_profile

@@ -16,7 +16,8 @@ from specplan.core.plan import load_plan
 from specplan.core.profile import AcceptanceEntry, LatencyCurve, ModelEntry, Profile, RetrievalEntry, load_profile, save_profile
 from specplan.core.plan import Stage, StageShape
 from specplan.bench.grid import CostTerms, grid_points, point_name, unique_names
-from specplan.bench.metrics import LosslessCheck, check_lossless, first_divergence, lossless_verdict
+from specplan.bench.metrics import lossless_verdict
+from specplan.runtime.lossless import LosslessCheck, check_lossless, first_divergence
 from specplan.bench.quality import plan_quality, term_effects
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
