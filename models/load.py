@@ -9,9 +9,11 @@ model), so the first load converts it once to a safetensors copy under
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +61,28 @@ def _gguf_cache_dir(gguf: Path) -> Path:
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
+@contextlib.contextmanager
+def _library_progress_hidden():
+    """transformers' own bars while a GGUF converts; specplan prints one line instead. Its
+    dequantisation loop calls tqdm directly (not transformers' switchable wrapper), so that
+    module's ``tqdm`` is swapped for a disabled one for the duration."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as transformers_logging
+
+    original = gguf_utils.tqdm
+    enabled = transformers_logging.is_progress_bar_enabled()
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def convert_gguf(gguf: Path) -> Path:
     """Dequantise a GGUF once into a safetensors directory in the cache; return that directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -68,17 +92,18 @@ def convert_gguf(gguf: Path) -> Path:
     if (target / "config.json").is_file() and any((target / name).is_file() for name in weights):
         return target
     print(f"specplan: converting {gguf.name} to safetensors in {target} (once: ~20 s for the default model, "
-          "a few minutes for 1.5B)", flush=True)
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # save_pretrained refuses a gguf quantization_config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    fresh.load_state_dict(loaded.state_dict())
-    partial = target.with_name(target.name + ".partial")
-    fresh.save_pretrained(str(partial))
-    tokenizer.save_pretrained(str(partial))
+          "a few minutes for 1.5B)", file=sys.stderr, flush=True)
+    with _library_progress_hidden():
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config  # save_pretrained refuses a gguf quantization_config
+        fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        fresh.load_state_dict(loaded.state_dict())
+        partial = target.with_name(target.name + ".partial")
+        fresh.save_pretrained(str(partial))
+        tokenizer.save_pretrained(str(partial))
     partial.rename(target)
     return target
 
