@@ -63,12 +63,8 @@ def _gammas(text: str) -> tuple[int, ...]:
     return gammas
 
 
-def _budgets(text: str | None) -> tuple[int, ...]:
-    """Tree budgets of the grid from ``--grid-budgets 4,8,16,32`` (the default when the CLI has no such flag)."""
-    from specplan.bench.grid import GRID_BUDGETS
-
-    if text is None:
-        return GRID_BUDGETS
+def _budgets(text: str) -> tuple[int, ...]:
+    """Tree budgets of the grid from ``--grid-budgets 4,8,16,32``."""
     try:
         budgets = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -100,8 +96,7 @@ def _command_line(args) -> str:
     parts += ["--limit", args.limit, "--max-new-tokens", args.max_new_tokens, "--baselines", args.baselines]
     if "grid" in args.baselines:
         parts += ["--grid-gammas", args.grid_gammas]
-        if getattr(args, "grid_budgets", None):
-            parts += ["--grid-budgets", args.grid_budgets]
+        parts += ["--grid-budgets", args.grid_budgets]
         parts += ["--grid-limit", args.grid_limit, "--grid-min-speedup", args.grid_min_speedup]
     for flag, value in (("--assistant", args.assistant), ("--report", args.report)):
         if value:
@@ -116,7 +111,7 @@ def command(args) -> int:
         raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
     baselines = _baselines(args.baselines)
     gammas = _gammas(args.grid_gammas)
-    budgets = _budgets(getattr(args, "grid_budgets", None))  # --grid-budgets once specplan/cli.py defines it
+    budgets = _budgets(args.grid_budgets)
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     assistant = _assistant(profile, args.assistant)
     prompts = read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation")

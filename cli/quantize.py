@@ -7,6 +7,7 @@ GPTQ through ``optimum`` + ``gptqmodel``, NF4 through ``bitsandbytes``).
 
 from __future__ import annotations
 
+from specplan.cli.options import resolve_dtype
 from specplan.core.errors import SpecplanError
 from specplan.quant.methods import METHODS
 
@@ -32,7 +33,7 @@ def command(args) -> int:
     from specplan.models.load import quiet_transformers
 
     quiet_transformers()
-    dtype = "bfloat16" if args.dtype == "auto" else args.dtype
+    dtype = resolve_dtype(args.dtype)
     checkpoint = quantize(args.model, args.method, args.output, calibration_limit=args.calibration_limit, dtype=dtype)
     state = f"quantized in {checkpoint.seconds:.0f} s" if checkpoint.seconds else "already in the cache"
     print(f"specplan: {checkpoint.method.label} checkpoint of {args.model} {state}: {checkpoint.path}")

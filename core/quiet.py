@@ -12,10 +12,8 @@ import warnings
 # Loggers of libraries that print on import or load whatever the command does: torchao (which
 # transformers imports whenever it is installed, a 4-bit model or not), torch's pytree registry
 # (called by torchao), bitsandbytes' optional kernels, transformers itself.
-LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes", "transformers", "gptqmodel", "optimum",
-                   "accelerate")
-
 IMPORT_NOISE = ("torchao", "torch.utils._pytree", "bitsandbytes")
+LIBRARY_LOGGERS = (*IMPORT_NOISE, "transformers", "gptqmodel", "optimum", "accelerate")
 
 
 def quiet_import_noise() -> None:

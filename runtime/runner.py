@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -67,7 +67,6 @@ class RunResult:
     stages: tuple[dict, ...]
     predicted_tokens_per_s: float
     plain: PlainComparison | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def new_tokens(self) -> int:
@@ -89,7 +88,6 @@ class RunResult:
             if not self.plain.identical:
                 record["first_divergence"] = self.plain.divergence
                 record["divergence_gap"] = None if self.plain.gap is None else round(self.plain.gap, 4)
-        record.update(self.extra)
         return record
 
 

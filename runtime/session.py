@@ -9,8 +9,8 @@ The cache is transformers' ``DynamicCache`` (``cache="dynamic"``) or our preallo
 :class:`~specplan.runtime.static_cache.StaticKVCache` (``cache="static"``, sized for
 ``max_length`` positions; it grows by doubling if a forward would overflow it). With
 ``compiled=True`` (static cache only) steps of up to 64 tokens run a torch.compile'd forward
-with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow
-``SPECPLAN_RUNTIME`` (:mod:`specplan.core.runtime_modes`; default ``eager``: the dynamic cache).
+with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow the
+session's ``runtime`` (:class:`specplan.core.runtime_modes.RuntimeMode`; default ``eager``: the dynamic cache).
 
 With ``keep_features`` set (a draft head reads them: EAGLE, arXiv 2401.15077), every forward
 also returns the model's last hidden state (the final norm's output, what the LM head reads)
