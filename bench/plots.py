@@ -15,9 +15,11 @@ backend switch) and kept small (about 6 x 3.6 inches at 80 dpi).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from specplan.core.errors import BackendMissingError
+from specplan.core.files import write_bytes_atomic
 
 DPI = 80
 SIZE = (6.4, 3.6)
@@ -43,7 +45,10 @@ def _figure(columns: int = 1, size=SIZE):
 
 
 def _save(figure, folder: Path, name: str) -> str:
-    figure.savefig(folder / name, dpi=DPI)
+    """The PNG, rendered in memory and written atomically (core/files.py)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=DPI, format="png")
+    write_bytes_atomic(folder / name, buffer.getvalue())
     return name
 
 

@@ -14,6 +14,8 @@ import dataclasses
 from pathlib import Path
 
 from specplan.core.errors import SpecplanError
+from specplan.core.files import read_json_object
+from specplan.core.outputs import check_output_folder
 
 
 def add_parser(commands) -> None:
@@ -110,8 +112,8 @@ def _print_report(report) -> None:
 def command(args) -> int:
     """Distill, evaluate and print where the drafter is; 0 on success."""
     _checked(args)
-    import json
-
+    if args.output:
+        check_output_folder(args.output, flag="-o")
     from specplan.distill.pipeline import check_output, run_distill
     from specplan.models.load import quiet_transformers, resolve_model_dir
     from specplan.runtime.timing import pick_device
@@ -123,7 +125,9 @@ def command(args) -> int:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)
     target_dir = resolve_model_dir(args.target)
-    layers_total = json.loads((Path(target_dir) / "config.json").read_text()).get("num_hidden_layers", 0) if Path(target_dir).is_dir() else 0
+    config_path = Path(target_dir) / "config.json"
+    layers_total = (read_json_object(config_path, "pass a model directory with a valid config.json", SpecplanError)
+                    .get("num_hidden_layers", 0) if config_path.is_file() else 0)
     if not layers_total:
         raise SpecplanError(f"cannot read the layer count of {args.target!r}; pass a local model directory, a .gguf file or `default`")
     config = distill_config(args, layers_total)

@@ -2,7 +2,9 @@
 (docs/formats.md, "Command line"). One module per verb, each with ``add_parser`` and ``command``.
 
 Exit codes: 0 success; 2 bad input (one line on stderr saying what to change); 1 an
-internal failure. Heavy imports (torch, transformers) happen inside the verbs' commands so
+internal failure; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); 141 stdout closed early
+(``specplan ... | head``), quietly. Files are written atomically (core/files.py), so none of
+these leaves a half-written one. Heavy imports (torch, transformers) happen inside the verbs' commands so
 that argument errors and ``specplan plan`` stay fast.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import warnings
 
@@ -42,12 +45,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is so that ``finally`` blocks and temporary files clean up."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, without a flush error at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_libraries(args.verbose)
     warnings.showwarning = show_warning
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
     try:
         return _verb(args.handler).command(args)
+    except BrokenPipeError:
+        return _stdout_closed()
+    except Terminated:
+        sys.stderr.write("specplan: terminated\n")
+        return 143
     except SpecplanError as error:
         sys.stderr.write(f"specplan: error: {error}\n")
         return 2

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from specplan.api import solve_detailed
+from specplan.core.outputs import check_output_file
 from specplan.core.plan import Plan, save_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.core.yamlio import file_sha256
@@ -62,8 +63,10 @@ def command(args) -> int:
         from specplan.cli.plan_sku import command_plan_sku
 
         return command_plan_sku(args)
-    profile = load_profile(args.profile)
+    runtime_options(args.max_budget, args.max_depth, args.temperature)  # bounds first: one line, no work
     output = Path(args.output) if args.output else Path(args.profile).with_name("plan.yaml")
+    check_output_file(output, kind="plan", inputs=[args.profile])
+    profile = load_profile(args.profile)
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
                      temperature=args.temperature, explain=args.explain, stages=args.stages)
     return 0

@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from specplan.core.errors import SpecplanError
+from specplan.core.files import write_text_atomic
+from specplan.core.outputs import check_output_file, check_output_folder
 from specplan.core.plan import save_plan
 from specplan.core.profile import Profile, load_profile, save_profile
 from specplan.core.yamlio import file_sha256
@@ -54,7 +56,6 @@ def _write_sku_plan(profile: Profile, profile_path: Path, sku_name: str, skus: d
                   "calibration": calibration_record(calibration),
                   "kept_measured": "acceptance and retrieval ms_per_call (host-side lookups) as measured"}
     modelled = replace(modelled, calibration={**modelled.calibration, "roofline": provenance})
-    plan_path.parent.mkdir(parents=True, exist_ok=True)
     modelled_path = plan_path.with_name(MODELLED_PROFILE)
     save_profile(modelled, modelled_path)
     row = plan_for_sku(profile, skus[sku_name], runtime_options(args.max_budget, args.max_depth, args.temperature), calibration,
@@ -65,6 +66,19 @@ def _write_sku_plan(profile: Profile, profile_path: Path, sku_name: str, skus: d
 
 
 
+def _check_targets(targets: dict[str, Path], folder: Path | None, profile_path: Path) -> None:
+    """Every plan, modelled profile and summary location, before any plan is solved."""
+    if folder is not None:
+        check_output_folder(folder, flag="-o")
+    for plan_path in targets.values():
+        if plan_path.name == MODELLED_PROFILE:
+            raise SpecplanError(f"-o {plan_path}: {MODELLED_PROFILE} is where the modelled profile beside the plan "
+                                "goes; name the plan something else (e.g. plan.yaml)")
+        check_output_file(plan_path, kind="plan", inputs=[profile_path])
+        check_output_file(plan_path.with_name(MODELLED_PROFILE), kind="profile", flag="the modelled profile",
+                          inputs=[profile_path])
+
+
 def command_plan_sku(args) -> int:
     """``specplan plan PROFILE --sku NAME|all``: modelled plans from the SKU table."""
 
@@ -72,6 +86,7 @@ def command_plan_sku(args) -> int:
         raise SpecplanError("--efficiency and --fit-efficiency apply to SKU plans; add --sku NAME (or --sku all)")
     if args.efficiency is not None and args.fit_efficiency:
         raise SpecplanError("give either --efficiency E or --fit-efficiency, not both")
+    runtime_options(args.max_budget, args.max_depth, args.temperature)  # bounds first: one line, no work
     profile_path = Path(args.profile)
     profile = load_profile(profile_path)
     skus = load_skus(args.skus)
@@ -83,6 +98,7 @@ def command_plan_sku(args) -> int:
         folder = None
         default = profile_path.parent / names[0] / "plan.yaml"
         targets = {names[0]: Path(args.output) if args.output else default}
+    _check_targets(targets, folder, profile_path)
     rows = []
     for name, plan_path in targets.items():
         row = _write_sku_plan(profile, profile_path, name, skus, plan_path, args)
@@ -94,9 +110,8 @@ def command_plan_sku(args) -> int:
             print(explain(row.result))
     if folder is not None:
         table = summary_table(rows)
-        (folder / "summary.md").write_text(
-            f"# Plans per SKU from {profile_path} (modelled: measured acceptance, roofline latency)\n\n{table}\n",
-            encoding="utf-8")
+        write_text_atomic(folder / "summary.md",
+                          f"# Plans per SKU from {profile_path} (modelled: measured acceptance, roofline latency)\n\n{table}\n")
         print(table)
         print(f"specplan: wrote {folder / 'summary.md'}")
     return 0

@@ -9,6 +9,8 @@ from specplan.cli.options import add_runtime_option, resolve_dtype, runtime_of
 from specplan.cli.plan import solve_and_write
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import SpecplanError
+from specplan.core.outputs import check_output_file, stored_kind
+from specplan.core.plan import load_plan
 from specplan.core.profile import save_profile
 from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
@@ -30,13 +32,45 @@ def add_parser(commands) -> None:
     parser.add_argument("--limit", type=int, default=None, help="calibration prompts to use (default 40, --quick 13)")
     parser.add_argument("--quick", action="store_true", help="trimmed calibration: a few minutes on 2 CPU cores")
     parser.add_argument("--no-plan", action="store_true", help="do not solve and write plan.yaml afterwards")
-    parser.add_argument("-o", "--output", default="profile.yaml")
+    parser.add_argument("-o", "--output", default="profile.yaml", help="profile path (default: profile.yaml)")
+    parser.add_argument("--plan", default=None, metavar="PATH",
+                        help="where the plan goes (default: plan.yaml beside the profile; an existing one there is "
+                             "replaced only if it was solved from this profile path)")
     add_runtime_option(parser)
     parser.set_defaults(handler="profile")
 
 
+def _solved_from(plan_path: Path) -> Path | None:
+    """The profile an existing plan was solved from, resolved; None if unreadable."""
+    try:
+        return (plan_path.resolve().parent / load_plan(plan_path).profile_path).resolve()
+    except SpecplanError:
+        return None
+
+
+def check_outputs(args) -> Path | None:
+    """The profile and plan locations, before anything is measured; the plan's path (None: --no-plan)."""
+    output = check_output_file(args.output, kind="profile", inputs=[args.prompts] if args.prompts else [])
+    if args.no_plan:
+        return None
+    plan_path = Path(args.plan) if args.plan else output.with_name("plan.yaml")
+    if plan_path.resolve() == output.resolve():
+        raise SpecplanError(f"-o {output} is where the plan would go; name the profile another way "
+                            "(e.g. -o profile.yaml) or pass --plan PATH or --no-plan")
+    check_output_file(plan_path, kind="plan", flag="--plan" if args.plan else "the plan", inputs=[output])
+    if not args.plan and stored_kind(plan_path) is not None and _solved_from(plan_path) != output.resolve():
+        raise SpecplanError(f"{plan_path} exists and was not solved from {output}; pass --plan PATH for the new plan, "
+                            f"--no-plan, or delete {plan_path} first")
+    return plan_path
+
+
 def command(args) -> int:
+    plan_path = check_outputs(args)
     specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
+    ids = [spec.id for spec in specs]
+    if len(set(ids)) != len(ids):
+        twice = sorted({name for name in ids if ids.count(name) > 1})
+        raise SpecplanError(f"--drafter names {', '.join(twice)} twice; give each drafter once")
     from specplan.quant.methods import normalize_quants
 
     quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (README, "4-bit targets")
@@ -67,8 +101,7 @@ def command(args) -> int:
         profile = profile_variants(args.target, quants, specs, prompts, device, settings, resolve_dtype(args.dtype))
     save_profile(profile, args.output)
     print(f"specplan: wrote {args.output}")
-    if not args.no_plan:
-        plan_path = Path(args.output).with_name("plan.yaml")
+    if plan_path is not None:
         solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from specplan.cli.options import resolve_dtype
 from specplan.core.errors import SpecplanError
+from specplan.core.outputs import check_output_folder
 from specplan.quant.methods import METHODS
 
 
@@ -29,6 +30,8 @@ def command(args) -> int:
     """Quantize (or find in the cache) and print where the checkpoint is."""
     if args.calibration_limit is not None and args.calibration_limit < 1:
         raise SpecplanError("--calibration-limit must be at least 1")
+    if args.output:
+        check_output_folder(args.output, flag="-o")
     from specplan.quant.checkpoint import quantize
     from specplan.models.load import quiet_transformers
 

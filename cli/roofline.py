@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 
+from specplan.core.errors import SpecplanError
+from specplan.core.files import write_text_atomic
+from specplan.core.outputs import check_output_file
 from specplan.core.profile import load_profile
 from specplan.planner.calibration import compare_roofline, fit_calibration
 from specplan.planner.roofline import Calibration
@@ -25,6 +27,11 @@ def add_parser(commands) -> None:
 
 def command(args) -> int:
     """``specplan roofline PROFILE``: the roofline's error per n against the measured curves."""
+    if args.save_calibration:
+        if not args.fit:
+            raise SpecplanError("--save-calibration writes the fitted calibration; add --fit")
+        check_output_file(args.save_calibration, kind="other", flag="--save-calibration",
+                          inputs=[args.profile] + ([args.skus] if args.skus else []))
     profile = load_profile(args.profile)
     skus = load_skus(args.skus)
     device = get_sku(args.sku or profile.device.sku, skus)
@@ -52,7 +59,7 @@ def command(args) -> int:
               f"{c.compute_efficiency:.3f}, overhead {c.overhead_per_forward_us / 1e3:.2f} ms per forward + "
               f"{c.overhead_per_layer_us / 1e3:.3f} ms per layer")
         if args.save_calibration:
-            Path(args.save_calibration).write_text(json.dumps(asdict(c), indent=1) + "\n", encoding="utf-8")
+            write_text_atomic(args.save_calibration, json.dumps(asdict(c), indent=1) + "\n")
             print(f"specplan: wrote {args.save_calibration}")
     return 0
 

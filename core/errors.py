@@ -35,3 +35,7 @@ class TreeError(SpecplanError):
 
 class BackendMissingError(SpecplanError):
     """An optional backend (bitsandbytes, gptqmodel, matplotlib) is not installed."""
+
+
+class OutputError(SpecplanError):
+    """An output location that cannot be written (a folder, no permission, a full disk, an input)."""

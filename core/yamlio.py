@@ -1,4 +1,9 @@
-"""YAML in and out, only through ``yaml.safe_load`` / ``yaml.safe_dump``, with ``schema_version``."""
+"""YAML in and out, only through ``yaml.safe_load`` semantics / ``yaml.safe_dump``, with ``schema_version``.
+
+Reading is bounded: a document over :data:`MAX_DOCUMENT_BYTES` or holding an alias (``*name``)
+is refused, since specplan's own files never use aliases and nested aliases expand
+exponentially (a "billion laughs" profile). Writing is atomic (:mod:`specplan.core.files`).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,75 @@ from typing import Any
 import yaml
 
 from specplan.core.errors import SpecplanError
+from specplan.core.files import write_text_atomic
+from specplan.core.limits import MAX_DOCUMENT_BYTES
 
 SCHEMA_VERSION = 1
+
+
+class AliasError(yaml.MarkedYAMLError):
+    """A document uses a YAML alias (``*name``); specplan's files never do."""
+
+
+class NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases, so that no document expands beyond its size."""
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise AliasError(None, None, f"alias *{event.anchor} is not allowed", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+class NoAliasDumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that writes a value shared by two keys out twice, never as an alias,
+    so that every file specplan writes is one :class:`NoAliasLoader` reads."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def safe_load_text(text: str) -> Any:
+    """``yaml.safe_load`` without aliases (:class:`NoAliasLoader`)."""
+    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_text_bounded(path: Path, kind: str, error: type[SpecplanError]) -> str:
+    """A file's UTF-8 text; ``error`` if it is too large or not UTF-8 text."""
+    size = path.stat().st_size
+    if size > MAX_DOCUMENT_BYTES:
+        raise error(f"{path} is {size} bytes, more than a {kind} file can be ({MAX_DOCUMENT_BYTES}); "
+                    f"pass a {kind}.yaml written by specplan")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path} is not UTF-8 text (byte {exc.start}); pass a {kind}.yaml written by specplan, "
+                    "or re-save it as UTF-8") from None
+
+
+def _parse(path: Path, kind: str, error: type[SpecplanError]) -> Any:
+    try:
+        return safe_load_text(read_text_bounded(path, kind, error))
+    except AliasError as exc:
+        raise error(f"{path} uses a YAML alias (line {exc.problem_mark.line + 1}); specplan's files have none, "
+                    f"write the values out or regenerate it with `specplan {kind}`") from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise error(f"{path} is not valid YAML{where}; fix the syntax or regenerate it") from None
+    except RecursionError:
+        raise error(f"{path} nests too deeply to be a {kind}; regenerate it with `specplan {kind}`") from None
+
+
+def document_kind(document: Any) -> str:
+    """``profile``, ``plan`` or ``other``: what a parsed specplan document is, by its keys."""
+    if not isinstance(document, dict):
+        return "other"
+    if "stages" in document or "predicted" in document:
+        return "plan"
+    if "models" in document and "acceptance" in document:
+        return "profile"
+    return "other"
 
 
 def read_document(path: str | Path, kind: str, error: type[SpecplanError]) -> dict[str, Any]:
@@ -18,14 +90,14 @@ def read_document(path: str | Path, kind: str, error: type[SpecplanError]) -> di
     path = Path(path)
     if not path.is_file():
         raise error(f"{kind} file {path} does not exist; pass the path of a {kind}.yaml")
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" at line {line + 1}" if line is not None else ""
-        raise error(f"{path} is not valid YAML{where}; fix the syntax or regenerate it") from None
+    document = _parse(path, kind, error)
     if not isinstance(document, dict):
         raise error(f"{path} is not a YAML mapping; regenerate it with `specplan {kind}`")
+    found = document_kind(document)
+    if kind in ("plan", "profile") and found in ("plan", "profile") and found != kind:
+        hint = ("pass the profile it was solved from (its `profile: path:`)" if found == "plan"
+                else "solve a plan from it first with `specplan plan`")
+        raise error(f"{path} is a {found}, not a {kind}; {hint}")
     version = document.get("schema_version")
     if version != SCHEMA_VERSION:
         raise error(
@@ -36,9 +108,9 @@ def read_document(path: str | Path, kind: str, error: type[SpecplanError]) -> di
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> None:
-    """Write a mapping as YAML (block style, keys in insertion order)."""
-    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
-    Path(path).write_text(text, encoding="utf-8")
+    """Write a mapping as YAML (block style, keys in insertion order), atomically."""
+    text = yaml.dump(document, Dumper=NoAliasDumper, sort_keys=False, default_flow_style=None, width=100)
+    write_text_atomic(path, text)
 
 
 def file_sha256(path: str | Path) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specplan.core.errors import SpecplanError
+from specplan.core.files import read_json_object, write_text_atomic
 from specplan.quant.methods import NF4_BLOCK, QuantMethod, parse_method, pick_group_size
 
 MANIFEST = "specplan-quant.json"  # written last: a directory without it is incomplete
@@ -78,7 +79,8 @@ def default_checkpoint_dir(source_fingerprint: str, name: str) -> Path:
 
 def read_manifest(path: Path) -> dict | None:
     manifest = Path(path) / MANIFEST
-    return json.loads(manifest.read_text()) if manifest.is_file() else None
+    fix = f"delete {path} and quantize again"
+    return read_json_object(manifest, fix, SpecplanError) if manifest.is_file() else None
 
 
 def quantize(source: str, method_name: str, output: str | Path | None = None, *,
@@ -114,7 +116,7 @@ def quantize(source: str, method_name: str, output: str | Path | None = None, *,
     manifest = {"source": source, "source_fingerprint": source_fingerprint, "method": method.name,
                 "label": method.label, "name": name, "calibration": {"prompts": "spec-bench:calibration", "count": count},
                 "seconds": round(seconds, 1)}
-    (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_text_atomic(partial / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return QuantizedCheckpoint(target, method, source, source_fingerprint,

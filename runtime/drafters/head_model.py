@@ -30,6 +30,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from specplan.core.errors import DrafterSpecError
+from specplan.core.files import read_json_object, write_text_atomic
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_CONFIG = "head.json"
@@ -133,7 +134,7 @@ def save_head(head: DraftHead, directory: Path, manifest: dict) -> None:
     state = {key: value.detach().contiguous().cpu() for key, value in head.state_dict().items()}
     save_file(state, str(directory / HEAD_WEIGHTS))
     document = {"format": HEAD_FORMAT, "config": head.config.to_dict(), "kept_vocabulary": len(head.vocab_ids), **manifest}
-    (directory / HEAD_CONFIG).write_text(json.dumps(document, indent=1, sort_keys=True))
+    write_text_atomic(directory / HEAD_CONFIG, json.dumps(document, indent=1, sort_keys=True))
 
 
 def load_head(directory: str | Path, target: nn.Module, dtype: torch.dtype, device) -> DraftHead:
@@ -144,10 +145,13 @@ def load_head(directory: str | Path, target: nn.Module, dtype: torch.dtype, devi
     if not (directory / HEAD_CONFIG).is_file() or not (directory / HEAD_WEIGHTS).is_file():
         raise DrafterSpecError(f"{directory} holds no draft head ({HEAD_CONFIG} + {HEAD_WEIGHTS}); "
                                f"make one with `specplan distill TARGET --kind head -o {directory}`")
-    document = json.loads((directory / HEAD_CONFIG).read_text())
+    document = read_json_object(directory / HEAD_CONFIG, f"re-run `specplan distill --kind head -o {directory}`",
+                                DrafterSpecError)
     if document.get("format") != HEAD_FORMAT:
         raise DrafterSpecError(f"{directory / HEAD_CONFIG} has format {document.get('format')!r}, this version reads "
                                f"{HEAD_FORMAT}; re-run `specplan distill --kind head`")
+    if not isinstance(document.get("config"), dict):
+        raise DrafterSpecError(f"{directory / HEAD_CONFIG} has no `config` mapping; re-run `specplan distill --kind head`")
     config = head_config(LlamaConfig(**document["config"]))
     target_config = target.config
     for field in ("hidden_size", "vocab_size"):
