@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from specplan.api import Runner
 from specplan.cli.options import add_runtime_option, runtime_of
@@ -44,12 +45,14 @@ def _run_prompts(args) -> list[Prompt]:
 def command(args) -> int:
     if args.max_new_tokens < 1:
         raise SpecplanError("--max-new-tokens must be at least 1")
-    if args.temperature is not None and args.temperature < 0:
-        raise SpecplanError("--temperature must be >= 0")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise SpecplanError(f"--temperature {args.temperature} must be a finite number >= 0")
     if not 0.0 < args.top_p <= 1.0:
         raise SpecplanError("--top-p must be in (0, 1]")
     prompts = _run_prompts(args)
     runner = Runner.open(args.plan, runtime=runtime_of(args), force=args.force)
+    for prompt in prompts:  # every prompt fits the context before the first one decodes
+        runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
     for prompt in prompts:
         result = runner.generate(prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                  top_p=args.top_p, seed=args.seed, stream=args.stream and not args.json,

@@ -42,6 +42,17 @@ class DrafterSpec:
         return self.kind in ("ngram", "recycle", "cache")
 
 
+def _check_layers(spec: str, argument: str) -> None:
+    """``K`` (first K layers, K >= 1) or a list of distinct layer indices."""
+    if not re.fullmatch(r"\d+(,\d+)*", argument):
+        raise DrafterSpecError(f"drafter spec {spec!r}: use layerskip:K (first K layers) or layerskip:0,2,4")
+    layers = [int(part) for part in argument.split(",")]
+    if len(layers) == 1 and layers[0] < 1:
+        raise DrafterSpecError(f"drafter spec {spec!r}: K must be at least 1 layer, e.g. layerskip:20")
+    if len(set(layers)) != len(layers):
+        raise DrafterSpecError(f"drafter spec {spec!r} lists a layer twice; list each layer once, e.g. layerskip:0,2,4")
+
+
 def parse_drafter_spec(spec: str) -> DrafterSpec:
     """Parse one SPEC; raise DrafterSpecError with the accepted forms otherwise.
 
@@ -63,8 +74,7 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
         if not argument.isdigit() or not 1 <= int(argument) <= 8:
             raise DrafterSpecError(f"drafter spec {spec!r}: N must be an integer from 1 to 8, e.g. ngram:3")
     elif kind == "layerskip":
-        if not re.fullmatch(r"\d+(,\d+)*", argument.replace(" ", "")):
-            raise DrafterSpecError(f"drafter spec {spec!r}: use layerskip:K (first K layers) or layerskip:0,2,4")
+        _check_layers(spec, argument.replace(" ", ""))
     elif kind in ("recycle", "cache"):
         if argument or ":" in spec:
             raise DrafterSpecError(f"drafter spec {spec!r}: {kind} takes no argument; write just `{kind}`")

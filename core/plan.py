@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specplan.core.errors import PlanError, TreeError
+from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
 from specplan.core.parents import check_parents
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
@@ -122,45 +123,58 @@ class Plan:
         return "; ".join(parts)
 
 
-def _shape(raw: dict[str, Any]) -> StageShape:
+def _count(raw: dict[str, Any], key: str, high: int, where: str) -> int:
+    try:
+        return check_count(raw.get(key, 0), f"{where}.{key}", 0, high)
+    except ValueError as error:
+        raise PlanError(f"{error}; fix the plan or re-run `specplan plan`") from None
+
+
+def _parents(raw: Any, where: str) -> tuple[int, ...]:
+    values = list(raw or ())
+    if len(values) > MAX_TREE_BUDGET:
+        raise PlanError(f"{where}.parents has {len(values)} nodes, more than {MAX_TREE_BUDGET}; fix the plan")
+    try:
+        return tuple(check_count(v, f"{where}.parents", -1, MAX_TREE_BUDGET) for v in values)
+    except ValueError as error:
+        raise PlanError(f"{error}; fix the plan or re-run `specplan plan`") from None
+
+
+def _shape(raw: dict[str, Any], where: str = "shape") -> StageShape:
+    dynamic = raw.get("dynamic", False)
+    if not isinstance(dynamic, bool):
+        raise PlanError(f"{where}.dynamic must be true or false, got {dynamic!r}; fix the plan")
     return StageShape(
         kind=str(raw["kind"]),
-        gamma=int(raw.get("gamma", 0)),
-        budget=int(raw.get("budget", 0)),
-        depth=int(raw.get("depth", 0)),
-        dynamic=bool(raw.get("dynamic", False)),
-        parents=tuple(int(v) for v in raw.get("parents") or ()),
+        gamma=_count(raw, "gamma", MAX_DEPTH, where),
+        budget=_count(raw, "budget", MAX_TREE_BUDGET, where),
+        depth=_count(raw, "depth", MAX_DEPTH, where),
+        dynamic=dynamic,
+        parents=_parents(raw.get("parents"), where),
         graft=str(raw.get("graft") or ""),
-        graft_budget=int(raw.get("graft_budget", 0)),
+        graft_budget=_count(raw, "graft_budget", MAX_TREE_BUDGET, where),
     )
 
 
-def plan_from_dict(document: dict[str, Any]) -> Plan:
-    """Build a :class:`Plan` from a parsed mapping; PlanError names the bad field."""
-    try:
-        stages = tuple(
-            Stage(str(s["drafter"]), str(s["verifier"]), _shape(s["shape"])) for s in document.get("stages") or ()
-        )
-        predicted = Prediction(**{k: float(v) for k, v in document["predicted"].items() if k in Prediction.__annotations__})
-        plan = Plan(
-            profile_path=str(document["profile"]["path"]),
-            profile_sha256=str(document["profile"].get("sha256", "")),
-            device={str(k): str(v) for k, v in (document.get("device") or {}).items()},
-            target=str(document["target"]),
-            temperature=float(document.get("temperature", 0.0)),
-            stages=stages,
-            predicted=predicted,
-            alternatives=tuple(
-                Alternative(str(a["summary"]), float(a["ms_per_token"])) for a in document.get("alternatives") or ()
-            ),
-            solver=dict(document.get("solver") or {}),
-        )
-    except PlanError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise PlanError(f"plan is missing or has a malformed field ({exc}); regenerate it with `specplan plan`") from None
-    if math.isnan(plan.temperature) or plan.temperature < 0:
-        raise PlanError(f"plan temperature {plan.temperature} must be >= 0")
+def _finite(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise PlanError(f"{where} = {value!r} is not a number; re-run `specplan plan`")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise PlanError(f"{where} = {value!r} must be a finite number >= 0; re-run `specplan plan`")
+    return number
+
+
+def _stages(raw: Any) -> tuple[Stage, ...]:
+    rows = list(raw or ())
+    if len(rows) > MAX_STAGES:
+        raise PlanError(f"plan lists {len(rows)} stages, more than {MAX_STAGES}; re-run `specplan plan`")
+    return tuple(Stage(str(s["drafter"]), str(s["verifier"]), _shape(s["shape"], f"stages[{index}].shape"))
+                 for index, s in enumerate(rows))
+
+
+def _check_chain(plan: Plan) -> None:
+    stages = plan.stages
     for lower, upper in zip(stages, stages[1:]):
         if lower.verifier != upper.drafter:
             raise PlanError(
@@ -168,7 +182,36 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
                 "each stage's verifier must draft the stage above"
             )
     if stages and stages[-1].verifier != plan.target:
-        raise PlanError(f"the last stage must be verified by the target {plan.target!r}, not {stages[-1].verifier!r}")
+        raise PlanError(f"the plan's `target` is {plan.target!r} but its last stage is verified by "
+                        f"{stages[-1].verifier!r}; they must name the same model (fix whichever was edited, "
+                        "or re-run `specplan plan`)")
+
+
+def plan_from_dict(document: dict[str, Any]) -> Plan:
+    """Build a :class:`Plan` from a parsed mapping; PlanError names the bad field."""
+    try:
+        stages = _stages(document.get("stages"))
+        predicted = Prediction(**{k: _finite(v, f"predicted.{k}") for k, v in document["predicted"].items()
+                                  if k in Prediction.__annotations__})
+        plan = Plan(
+            profile_path=str(document["profile"]["path"]),
+            profile_sha256=str(document["profile"].get("sha256", "")),
+            device={str(k): str(v) for k, v in (document.get("device") or {}).items()},
+            target=str(document["target"]),
+            temperature=_finite(document.get("temperature", 0.0), "temperature"),
+            stages=stages,
+            predicted=predicted,
+            alternatives=tuple(
+                Alternative(str(a["summary"]), _finite(a["ms_per_token"], "alternatives.ms_per_token"))
+                for a in document.get("alternatives") or ()
+            ),
+            solver=dict(document.get("solver") or {}),
+        )
+    except PlanError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PlanError(f"plan is missing or has a malformed field ({exc}); regenerate it with `specplan plan`") from None
+    _check_chain(plan)
     return plan
 
 
@@ -195,8 +238,15 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 
 def load_plan(path: str | Path) -> Plan:
-    return plan_from_dict(read_document(path, "plan", PlanError))
+    """Read and validate a plan; every error names the file."""
+    document = read_document(path, "plan", PlanError)
+    try:
+        return plan_from_dict(document)
+    except PlanError as error:
+        raise PlanError(f"{path}: {error}") from None
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
+    """Write a plan atomically (refuses a non-finite prediction, which no solver should produce)."""
+    plan_from_dict(plan_to_dict(plan))
     write_document(path, plan_to_dict(plan))

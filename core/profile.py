@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specplan.core.errors import ProfileError
+from specplan.core.limits import check_count
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
 
@@ -133,21 +134,41 @@ class Profile:
         return [m.id for m in self.models if m.role == "drafter"] + [r.id for r in self.retrieval]
 
 
+LARGEST_COUNT = 10**9  # widths, contexts, layer counts, sample counts: anything above is not a measurement
+
+
+def _count(value: Any, where: str, low: int = 0) -> int:
+    try:
+        return check_count(value, where, low, LARGEST_COUNT)
+    except ValueError as error:
+        raise ProfileError(f"{error}; fix the profile or re-profile") from None
+
+
+def _finite(value: Any, where: str, low: float = 0.0) -> float:
+    """A finite number >= ``low`` (latencies, temperatures, costs)."""
+    if isinstance(value, bool):
+        raise ProfileError(f"{where} = {value!r} is not a number; fix the profile or re-profile")
+    number = float(value)
+    if not math.isfinite(number) or number < low:
+        raise ProfileError(f"{where} = {value!r} must be a finite number >= {low:g}; fix the profile or re-profile")
+    return number
+
+
 def _probability(value: Any, where: str) -> float:
     number = float(value)
-    if math.isnan(number) or number < 0.0 or number > 1.0:
+    if isinstance(value, bool) or not 0.0 <= number <= 1.0:  # also NaN
         raise ProfileError(f"{where} = {value!r} is not a probability in [0, 1]; re-profile")
     return number
 
 
 def _curve(raw: dict[str, Any], where: str) -> LatencyCurve:
-    n = tuple(int(v) for v in raw["n"])
-    ms = tuple(float(v) for v in raw["ms"])
+    n = tuple(_count(v, f"{where}.n", 1) for v in raw["n"])
+    ms = tuple(_finite(v, f"{where}.ms") for v in raw["ms"])
     if len(n) != len(ms) or not n:
         raise ProfileError(f"{where}: n and ms must be non-empty lists of equal length")
-    if any(v <= 0 or math.isnan(v) for v in ms) or list(n) != sorted(set(n)):
+    if any(v <= 0 for v in ms) or list(n) != sorted(set(n)):
         raise ProfileError(f"{where}: ms must be positive and n strictly increasing")
-    return LatencyCurve(int(raw.get("context", 0)), n, ms, str(raw.get("source", "measured")))
+    return LatencyCurve(_count(raw.get("context", 0), f"{where}.context"), n, ms, str(raw.get("source", "measured")))
 
 
 def _shape(raw: dict[str, Any] | None, where: str) -> ModelShape | None:
@@ -158,12 +179,19 @@ def _shape(raw: dict[str, Any] | None, where: str) -> ModelShape | None:
     values = {k: v for k, v in raw.items() if k in ModelShape.__annotations__}
     for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "intermediate", "parameters"):
         if key in values:
-            values[key] = int(values[key])
-            if values[key] < (0 if key == "parameters" else 1):
-                raise ProfileError(f"{where}.shape.{key} = {raw[key]!r} must be a positive integer")
+            name = f"{where}.shape.{key}"
+            values[key] = check_parameters(values[key], name) if key == "parameters" else _count(values[key], name, 1)
     values["tied_embeddings"] = bool(values.get("tied_embeddings", True))
     values["source"] = str(values.get("source", "config"))
     return ModelShape(**values)
+
+
+def check_parameters(value: Any, where: str) -> int:
+    """A weight count (may exceed :data:`LARGEST_COUNT`)."""
+    try:
+        return check_count(value, where, 0, 10**15)
+    except ValueError as error:
+        raise ProfileError(f"{error}; fix the profile or re-profile") from None
 
 
 def shape_from_config(config: Any, layers: int | None = None, parameters: int = 0) -> ModelShape | None:
@@ -203,22 +231,39 @@ def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
     return AcceptanceEntry(
         drafter=str(raw["drafter"]),
         verifier=str(raw["verifier"]),
-        temperature=float(raw.get("temperature", 0.0)),
+        temperature=_finite(raw.get("temperature", 0.0), f"{where}.temperature"),
         alpha=_probability(raw["alpha"], f"{where}.alpha"),
-        gamma=int(raw.get("gamma", 0)),
-        accepted_hist=tuple(int(v) for v in raw.get("accepted_hist") or ()),
+        gamma=_count(raw.get("gamma", 0), f"{where}.gamma"),
+        accepted_hist=tuple(_count(v, f"{where}.accepted_hist") for v in raw.get("accepted_hist") or ()),
         rank_accept=tuple(_probability(v, f"{where}.rank_accept") for v in raw.get("rank_accept") or ()),
         retrieval_rank_accept=tuple(
             _probability(v, f"{where}.retrieval_rank_accept") for v in raw.get("retrieval_rank_accept") or ()
         ),
-        samples=int(raw.get("samples", 0)),
+        samples=_count(raw.get("samples", 0), f"{where}.samples"),
     )
+
+
+def _device(raw: Any) -> DeviceInfo:
+    if not isinstance(raw, dict):
+        raise ProfileError("device must be a mapping with kind, name and sku; regenerate it with `specplan profile`")
+    missing = [key for key in ("kind", "name", "sku") if key not in raw]
+    if missing:
+        raise ProfileError(f"device lacks {', '.join(missing)}; regenerate it with `specplan profile`")
+    return DeviceInfo(**{k: str(v) for k, v in raw.items() if k in DeviceInfo.__annotations__})
+
+
+def _check_unique(models: tuple[ModelEntry, ...], retrieval: tuple[RetrievalEntry, ...]) -> None:
+    seen: set[str] = set()
+    for name in [m.id for m in models] + [r.id for r in retrieval]:
+        if name in seen:
+            raise ProfileError(f"the id {name!r} appears twice in models/retrieval; each model and drafter needs its own id")
+        seen.add(name)
 
 
 def profile_from_dict(document: dict[str, Any]) -> Profile:
     """Build a :class:`Profile` from a parsed YAML mapping; raise ProfileError naming the bad field."""
     try:
-        device = DeviceInfo(**{k: str(v) for k, v in document["device"].items() if k in DeviceInfo.__annotations__})
+        device = _device(document["device"])
         models = tuple(
             ModelEntry(
                 id=str(m["id"]),
@@ -235,7 +280,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
             for m in document["models"]
         )
         retrieval = tuple(
-            RetrievalEntry(str(r["id"]), str(r["source"]), float(r["ms_per_call"]))
+            RetrievalEntry(str(r["id"]), str(r["source"]), _finite(r["ms_per_call"], f"retrieval[{r['id']}].ms_per_call"))
             for r in document.get("retrieval") or ()
         )
         acceptance = tuple(_acceptance(a, i) for i, a in enumerate(document.get("acceptance") or ()))
@@ -245,6 +290,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
         raise ProfileError(f"profile is missing or has a malformed field ({exc}); regenerate it with `specplan profile`") from None
     if not models:
         raise ProfileError("profile lists no models; regenerate it with `specplan profile`")
+    _check_unique(models, retrieval)
     profile = Profile(
         device=device,
         models=models,
@@ -279,7 +325,12 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
 
 
 def load_profile(path: str | Path) -> Profile:
-    return profile_from_dict(read_document(path, "profile", ProfileError))
+    """Read and validate a profile; every error names the file."""
+    document = read_document(path, "profile", ProfileError)
+    try:
+        return profile_from_dict(document)
+    except ProfileError as error:
+        raise ProfileError(f"{path}: {error}") from None
 
 
 def save_profile(profile: Profile, path: str | Path) -> None:

@@ -43,8 +43,12 @@ def read_prompts(path: str | Path, turn: int = 0) -> list[Prompt]:
     path = Path(path)
     if not path.is_file():
         raise PromptError(f"prompts file {path} does not exist; pass a JSONL file with `prompt` or `turns` per line")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"{path} is not UTF-8 text (byte {exc.start}); re-save it as UTF-8 JSONL") from None
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -7,13 +7,14 @@ types, and transformers imports torchao whenever it is installed, 4-bit model or
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 # Loggers of libraries that print on import or load whatever the command does: torchao (which
 # transformers imports whenever it is installed, a 4-bit model or not), torch's pytree registry
 # (called by torchao), bitsandbytes' optional kernels, transformers itself.
 IMPORT_NOISE = ("torchao", "torch.utils._pytree", "bitsandbytes")
-LIBRARY_LOGGERS = (*IMPORT_NOISE, "transformers", "gptqmodel", "optimum", "accelerate")
+LIBRARY_LOGGERS = (*IMPORT_NOISE, "transformers", "gptqmodel", "optimum", "accelerate", "huggingface_hub")
 
 
 def quiet_import_noise() -> None:
@@ -28,6 +29,9 @@ def quiet_libraries(verbose: bool) -> None:
     The program's own warnings (``specplan: warning: ...``) always show."""
     if verbose:
         return
+    # huggingface_hub sets its own level on import from this variable (its "Retrying in 8s" lines
+    # for an unreachable hub id: 26 lines before the one-line error).
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     for module in ("torch", "torchao", "transformers", "bitsandbytes", "gptqmodel", "optimum", "accelerate", "tqdm"):

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
 from specplan.core.plan import SHAPE_KINDS
 
 from .validate import PlannerInputError
+
+
+def check_search_limits(max_budget: int, max_depth: int, budget_name: str = "--max-budget",
+                        depth_name: str = "--max-depth") -> None:
+    """The search's size within :mod:`specplan.core.limits` (budget 1000 alone takes ~20 s)."""
+    if not 1 <= max_budget <= MAX_TREE_BUDGET:
+        raise PlannerInputError(f"{budget_name} {max_budget} is out of range; use 1 to {MAX_TREE_BUDGET} tree nodes")
+    if not 1 <= max_depth <= MAX_DEPTH:
+        raise PlannerInputError(f"{depth_name} {max_depth} is out of range; use 1 to {MAX_DEPTH}")
 
 
 @dataclass(frozen=True)
@@ -33,17 +44,16 @@ class PlanOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_budget < 1 or self.max_depth < 1:
-            raise PlannerInputError(f"max_budget ({self.max_budget}) and max_depth ({self.max_depth}) must be >= 1")
-        if not self.gammas or min(self.gammas) < 1:
-            raise PlannerInputError(f"gammas must be a non-empty list of integers >= 1, got {self.gammas}")
+        check_search_limits(self.max_budget, self.max_depth, "max_budget", "max_depth")
+        if not self.gammas or min(self.gammas) < 1 or max(self.gammas) > MAX_DEPTH:
+            raise PlannerInputError(f"gammas must be a non-empty list of integers from 1 to {MAX_DEPTH}, got {self.gammas}")
         unknown = [shape for shape in self.shapes if shape not in SHAPE_KINDS]
         if unknown or not self.shapes:
             raise PlannerInputError(f"shapes {self.shapes} must be a non-empty subset of {SHAPE_KINDS}")
         if self.max_stages < 0:
             raise PlannerInputError(f"max_stages must be >= 0 (0 = plain decoding only), got {self.max_stages}")
-        if self.temperature != self.temperature or self.temperature < 0:
-            raise PlannerInputError(f"temperature must be >= 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise PlannerInputError(f"temperature must be a finite number >= 0, got {self.temperature}")
 
     @property
     def table_size(self) -> int:
@@ -60,7 +70,8 @@ RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/h
 def runtime_options(max_budget: int = 64, max_depth: int = 8, temperature: float = 0.0) -> PlanOptions:
     """The options ``specplan plan`` solves with: every gamma up to ``max_depth``, the shapes and
     chain lengths the runtime executes."""
-    if max_budget < 1 or max_depth < 1:
-        raise PlannerInputError("--max-budget and --max-depth must be at least 1")
+    check_search_limits(max_budget, max_depth)
+    if not math.isfinite(temperature) or temperature < 0:
+        raise PlannerInputError(f"--temperature {temperature} must be a finite number >= 0")
     return PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
                        shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature)

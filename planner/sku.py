@@ -10,6 +10,7 @@ says where each number came from: ``device.source: roofline``, curves ``source: 
 from __future__ import annotations
 
 import importlib.resources
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from specplan.core.errors import PlanError, ProfileError
+from specplan.core.yamlio import read_text_bounded, safe_load_text
 from specplan.core.profile import DeviceInfo, ModelEntry, ModelShape, Profile
 
 from .roofline import Calibration, DeviceRoof, precision_for, roofline_curve
@@ -43,32 +45,49 @@ def load_skus(path: str | Path | None = None) -> dict[str, DeviceRoof]:
         path = Path(path)
         if not path.is_file():
             raise PlanError(f"the SKU table {path} does not exist; pass --skus with an existing file or leave it out")
-        text = path.read_text(encoding="utf-8")
+        text = read_text_bounded(path, "SKU table", PlanError)
     try:
-        document = yaml.safe_load(text)
+        document = safe_load_text(text)
     except yaml.YAMLError:
-        raise PlanError(f"{path} is not valid YAML; fix it or leave --skus out for the built-in table") from None
+        raise PlanError(f"{path} is not valid YAML (or uses aliases); fix it or leave --skus out for the built-in table") from None
     if not isinstance(document, dict) or document.get("schema_version") != 1:
         raise PlanError(f"{path} must be a mapping with schema_version: 1")
+    table = document.get("skus")
+    if not isinstance(table, dict) or not table:
+        raise PlanError(f"{path} has no `skus:` table of devices; pass a SKU table like planner/data/skus.yaml "
+                        "or leave --skus out")
     try:
-        return {str(name): _sku(str(name), raw) for name, raw in (document.get("skus") or {}).items()}
-    except (KeyError, TypeError, ValueError) as exc:
+        return {str(name): _sku(str(name), raw) for name, raw in table.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PlanError(f"{path}: a SKU entry is missing or has a malformed field ({exc})") from None
+
+
+def _number(value: Any, where: str, positive: bool) -> float:
+    """A finite number, > 0 (a peak: bandwidth, tflops) or >= 0 (memory, overheads)."""
+    number = float(value)
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{where} = {value!r} must be a finite number {bound}")
+    return number
 
 
 def _sku(name: str, raw: dict[str, Any]) -> DeviceRoof:
     overhead = raw.get("overhead") or {}
+    tile = raw.get("dequant_tile", 16)
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
+        raise ValueError(f"{name}.dequant_tile = {tile!r} must be a positive integer")
     return DeviceRoof(
         sku=name,
         name=str(raw.get("name", name)),
         kind=str(raw["kind"]),
-        bandwidth_gbs=float(raw["bandwidth_gbs"]),
-        tflops={str(k): (None if v is None else float(v)) for k, v in (raw.get("tflops") or {}).items()},
-        vector_tflops=float(raw["vector_tflops"]),
-        memory_gb=float(raw.get("memory_gb", 0)),
-        overhead_per_forward_us=float(overhead.get("per_forward_us", 0.0)),
-        overhead_per_layer_us=float(overhead.get("per_layer_us", 0.0)),
-        dequant_tile=int(raw.get("dequant_tile", 16)),
+        bandwidth_gbs=_number(raw["bandwidth_gbs"], f"{name}.bandwidth_gbs", True),
+        tflops={str(k): (None if v is None else _number(v, f"{name}.tflops.{k}", True))
+                for k, v in (raw.get("tflops") or {}).items()},
+        vector_tflops=_number(raw["vector_tflops"], f"{name}.vector_tflops", True),
+        memory_gb=_number(raw.get("memory_gb", 0), f"{name}.memory_gb", False),
+        overhead_per_forward_us=_number(overhead.get("per_forward_us", 0.0), f"{name}.overhead.per_forward_us", False),
+        overhead_per_layer_us=_number(overhead.get("per_layer_us", 0.0), f"{name}.overhead.per_layer_us", False),
+        dequant_tile=tile,
         source={str(k): str(v) for k, v in (raw.get("source") or {}).items()},
     )
 

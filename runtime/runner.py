@@ -16,6 +16,7 @@ from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 from specplan.core.prompts import Prompt
 from specplan.runtime.build import build_engine, eos_ids
+from specplan.runtime.context import check_fits, draft_width, model_context
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
@@ -138,10 +139,17 @@ class PlanRunner:
             sys.stdout.write("\n")
         return result
 
+    def check_prompt(self, prompt: Prompt, max_new_tokens: int) -> list[int]:
+        """The prompt's token ids; PromptError if it and ``max_new_tokens`` do not fit the target's context."""
+        prompt_ids = encode_prompt(self.target.tokenizer, prompt.text)
+        label = "the prompt" if prompt.prompt_id == "prompt" else f"prompt {prompt.prompt_id}"
+        check_fits(len(prompt_ids), max_new_tokens, draft_width(self.plan), model_context(self.target.model.config), label)
+        return prompt_ids
+
     def run_prompt(self, prompt: Prompt, max_new_tokens: int, temperature: float, top_p: float, seed: int,
                    stream: bool = False, compare_plain: bool = False) -> RunResult:
         """Generate for one prompt (and, with ``compare_plain``, plainly as well)."""
-        prompt_ids = encode_prompt(self.target.tokenizer, prompt.text)
+        prompt_ids = self.check_prompt(prompt, max_new_tokens)
         sampling = SamplingConfig(temperature, top_p, seed)
         result = self.generate(prompt_ids, max_new_tokens, sampling, stream=stream)
         plain = None

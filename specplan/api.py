@@ -18,6 +18,7 @@ The command line (``specplan.cli``) is built on these functions (docs/architectu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,8 +127,8 @@ class Runner:
         if max_new_tokens < 1:
             raise PlanError("max_new_tokens must be at least 1")
         temperature = self.plan.temperature if temperature is None else temperature
-        if not temperature >= 0:
-            raise PlanError("temperature must be >= 0")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise PlanError(f"temperature {temperature} must be a finite number >= 0")
         if not 0.0 < top_p <= 1.0:
             raise PlanError("top_p must be in (0, 1]")
         return self._runner.run_prompt(prompt, max_new_tokens, temperature, top_p, seed, stream=stream,

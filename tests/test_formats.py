@@ -99,7 +99,7 @@ def test_plan_stage_chain_must_connect():
     with pytest.raises(PlanError, match="draft the stage above"):
         plan_from_dict(document)
     document = plan_to_dict(make_plan([Stage("ngram-3", "middle", StageShape("sequence", gamma=2))]))
-    with pytest.raises(PlanError, match="verified by the target"):
+    with pytest.raises(PlanError, match="last stage is verified by .middle."):
         plan_from_dict(document)
 
 

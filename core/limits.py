@@ -1,0 +1,37 @@
+"""The bounds on what an input may ask for, in one place (docs/guide.md, "Bounds").
+
+The planner's search, a plan read from disk and the runtime all check against these, so that
+a typo such as ``--max-budget 1000000000`` is a one-line error instead of a hang.
+"""
+
+from __future__ import annotations
+
+# Tree nodes (root included) a stage may verify in one forward: the largest budget the
+# planner searches and the largest tree a plan may hold. Beyond the widths a profile measures
+# (at most 64 in the stored profiles) T(n) is extrapolated, so larger trees are guesses anyway.
+MAX_TREE_BUDGET = 256
+# Deepest tree, and longest draft chain (gamma), the planner searches or a plan may hold.
+MAX_DEPTH = 32
+# Stages in a chain drafter -> ... -> target that a plan may list.
+MAX_STAGES = 8
+# Size of a YAML document specplan reads (profiles, plans, SKU tables, manifests): the stored
+# ones are under 10 KB; anything this large is not one of ours.
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+
+
+def check_count(value: object, name: str, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high]``; ValueError with a one-line reason otherwise.
+
+    Rejects booleans and non-integral numbers (a gamma of 2.7 is not truncated to 2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = float(value)
+        integer = int(number)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if number != integer:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not low <= integer <= high:
+        raise ValueError(f"{name} = {integer} is out of range; use {low} to {high}")
+    return integer
