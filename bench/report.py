@@ -20,6 +20,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specplan.core.files import write_text_atomic
 from specplan.core.plan import Stage
 from specplan.bench.metrics import Row, aggregate, finite_or_none, lossless_verdict
 
@@ -158,9 +159,9 @@ class BenchReport:
         }
 
     def write(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "report.json").write_text(json.dumps(_finite(self.to_dict()), indent=1, allow_nan=False) + "\n")
-        (folder / "report.md").write_text(self.markdown() + "\n")
+        """report.json and report.md, each written atomically (core/files.py)."""
+        write_text_atomic(folder / "report.json", json.dumps(_finite(self.to_dict()), indent=1, allow_nan=False) + "\n")
+        write_text_atomic(folder / "report.md", self.markdown() + "\n")
 
     def markdown(self) -> str:
         from specplan.bench.markdown import render

@@ -9,6 +9,7 @@ from pathlib import Path
 from specplan.cli.options import add_runtime_option, runtime_of
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
+from specplan.core.outputs import check_output_folder
 from specplan.core.prompts import read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
 
@@ -118,6 +119,8 @@ def command(args) -> int:
     source = str(args.prompts) if args.prompts else {"spec-bench": "Spec-Bench evaluation split"}.get(
         args.workload, f"{args.workload} evaluation split")
     prompts = stratified(prompts, args.limit)
+    if args.report:
+        check_output_folder(args.report, flag="--report")
     plots = bool(args.report) and not args.no_plots
     if plots:
         from specplan.bench.plots import require_matplotlib
@@ -133,6 +136,8 @@ def command(args) -> int:
                              grid_budgets=budgets, grid_limit=args.grid_limit,
                              grid_min_speedup=args.grid_min_speedup, assistant=assistant)
     runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=runtime_of(args))
+    for prompt in prompts:  # every prompt fits the context before the long run starts
+        runner.check_prompt(prompt, args.max_new_tokens)
     command = _command_line(args)
     report = run_bench(runner, prompts, settings, command=command, prompt_source=source)
     report.meta["plan_path"] = str(args.plan)
