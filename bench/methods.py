@@ -22,7 +22,8 @@ from specplan.runtime.session import ModelSession
 
 
 class Method(Protocol):
-    """Something the bench times: ``name`` (report key), ``kind`` (plan | plain | peer | grid)."""
+    """Something the bench times: ``name`` (report key), ``kind`` (plan | plain | peer | grid | engine:
+    another inference engine's own kernels, whose token identity is reported but not required)."""
 
     name: str
     kind: str

@@ -144,7 +144,7 @@ def _model_stage(plan, profile):
     return None
 
 
-def _lookup_settings(plan, profile, costs: dict) -> tuple[int, int, str]:
+def lookup_settings(plan, profile, costs: dict) -> tuple[int, int, str]:
     """(max n-gram, gamma, why) for hf-lookup: the plan's n-gram stage, else the planner's best n-gram."""
     ngram = {r.id: int(r.source.split(":", 1)[1]) for r in profile.retrieval if r.source.startswith("ngram:")}
     for stage in plan.stages:
@@ -189,7 +189,7 @@ def build_peers(names: list[str], runner, sampling: SamplingConfig, costs: dict,
                                           f"transformers assisted generation, assistant {drafter}, "
                                           f"num_assistant_tokens {gamma} (constant)", assistant=assistant))
     if "hf-lookup" in names:
-        size, gamma, why = _lookup_settings(plan, profile, costs)
+        size, gamma, why = lookup_settings(plan, profile, costs)
         methods.append(GenerateMethod("hf-lookup", "peer", target.model, runner.device, eos, sampling,
                                       f"transformers prompt lookup, prompt_lookup_num_tokens {gamma}, "
                                       f"max_matching_ngram_size {size} ({why})",

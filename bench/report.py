@@ -106,11 +106,13 @@ class BenchReport:
         return result
 
     def lossless(self) -> dict[str, dict]:
+        """Per method: the verdict, and whether it is ``required`` (not for another engine's kernels)."""
         result = {}
-        for name in self.method_names():
+        for method in self.methods:
+            name = method["name"]
             checks = [r.check for r in self._rows(name) if r.check is not None]
             ok, text = lossless_verdict(checks, self.meta["dtype"]) if checks else (None, "not checked")
-            result[name] = {"ok": ok, "detail": text, "divergences": [
+            result[name] = {"ok": ok, "detail": text, "required": method["kind"] != "engine", "divergences": [
                 {"prompt_id": r.prompt_id, "index": r.check.index, "gap": finite_or_none(r.check.gap)}
                 for r in self._rows(name) if r.check is not None and not r.check.identical]}
         return result

@@ -36,9 +36,10 @@ from specplan.bench.report import BenchReport
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.lossless import divergence_gap
-from specplan.bench.peers import build_peers
+from specplan.bench.peers import build_peers, lookup_settings
+from specplan.bench.llamacpp_peer import LLAMA_CPP_PEERS, build_llamacpp_peers
 
-BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", "grid")
+BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
 DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
 
 
@@ -59,16 +60,20 @@ class BenchSettings:
 
 
 
-def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, costs: dict, notes: list[str]) -> list[Method]:
+def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, costs: dict, notes: list[str],
+                  context: int = 0) -> list[Method]:
     """The plan first, then the baselines asked for (``plain`` always: it is the reference).
 
     ``costs``: (drafter or None, gamma) -> CostTerms (``PlannerCosts.sequence_costs``), which the
-    transformers peers read to pick a draft length."""
+    transformers and llama.cpp peers read to pick a draft length; ``context``: the longest prompt
+    plus max-new-tokens (the llama.cpp peers' context size; 0: the model's trained context)."""
     methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
     if "plain-runtime" in settings.baselines:
         methods.append(EngineMethod("plain-runtime", "plain", runner.plain, sampling, "specplan's runtime, the target alone"))
     peers = [name for name in ("plain", "hf-assisted", "hf-lookup") if name in settings.baselines or name == "plain"]
     methods += build_peers(peers, runner, sampling, costs, notes, settings.assistant)
+    lookup = lookup_settings(runner.plan, runner.profile, costs)
+    methods += build_llamacpp_peers(settings.baselines, runner, sampling, lookup, context, notes)
     return methods
 
 
@@ -231,8 +236,10 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     sampling = SamplingConfig(temperature=plan.temperature)
     notes: list[str] = []
     costs = planner_costs(profile, plan.temperature, settings.grid_gammas, settings.grid_budgets)
+    encoded = [(prompt, encode_prompt(runner.target.tokenizer, prompt.text)) for prompt in prompts]
     if methods is None:
-        methods = build_methods(runner, settings, sampling, costs.sequence_costs(), notes)
+        context = max(len(ids) for _, ids in encoded) + settings.max_new_tokens
+        methods = build_methods(runner, settings, sampling, costs.sequence_costs(), notes, context)
     names = [m.name for m in methods]
     reference = "plain" if "plain" in names else "plain-runtime"
     curve = nearest_curve(profile.target, None)
@@ -240,7 +247,6 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     predicted = {"plan": plan.predicted.tokens_per_s}
     if curve is not None:
         predicted["plain-runtime"] = 1000.0 / latency(1)
-    encoded = [(prompt, encode_prompt(runner.target.tokenizer, prompt.text)) for prompt in prompts]
     _compile_first(runner, encoded[0][1], notes)
     warm_up(methods, encoded[0][1], settings.warmup_tokens)
     rows = interleave(methods, encoded, settings.max_new_tokens, reference, runner.target.model, sampling,

@@ -23,7 +23,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--limit", type=int, default=26, help="prompts to use, spread over categories")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt, the same for every method")
     parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
-                        help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, grid (plain is always run)")
+                        help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, llama.cpp, llama.cpp-lookup, grid "
+                             "(plain is always run; llama.cpp needs the llamacpp extra)")
     parser.add_argument("--assistant", default=None, metavar="ID",
                         help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
     parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
@@ -126,6 +127,10 @@ def command(args) -> int:
         from specplan.bench.plots import require_matplotlib
 
         require_matplotlib()  # fail before the long run, not after it
+    if any(name.startswith("llama.cpp") for name in baselines):
+        from specplan.bench.llamacpp_peer import require_llama_cpp
+
+        require_llama_cpp()  # before the models load
 
     from specplan.bench.run import BenchSettings, run_bench
     from specplan.models.load import quiet_transformers

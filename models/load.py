@@ -108,17 +108,27 @@ def convert_gguf(gguf: Path) -> Path:
     return target
 
 
+def gguf_file(source: str) -> Path | None:
+    """The GGUF file MODEL names (``default``, a registered model, a ``.gguf`` path); None for a
+    model directory or a hub id."""
+    if source == "default":
+        return default_gguf_path()
+    if registry.registered_path(source) is not None:  # qwen2.5-coder-1.5b, ...: `specplan models fetch` first
+        return registry.require_fetched(source)
+    if not source.endswith(".gguf"):
+        return None
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise ModelError(f"GGUF file {source} does not exist; pass an existing .gguf path")
+    return path
+
+
 def resolve_model_dir(source: str) -> str:
     """Map MODEL to a directory (or hub id) that ``from_pretrained`` can read."""
-    if source == "default":
-        return str(convert_gguf(default_gguf_path()))
-    if registry.registered_path(source) is not None:  # qwen2.5-coder-1.5b, ...: `specplan models fetch` first
-        return str(convert_gguf(registry.require_fetched(source)))
+    gguf = gguf_file(source)
+    if gguf is not None:
+        return str(convert_gguf(gguf))
     path = Path(source).expanduser()
-    if source.endswith(".gguf"):
-        if not path.is_file():
-            raise ModelError(f"GGUF file {source} does not exist; pass an existing .gguf path")
-        return str(convert_gguf(path))
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelError(f"{source} has no config.json; pass a Hugging Face model directory")
