@@ -27,6 +27,8 @@ from specplan.runtime.timing import now
 from specplan.runtime.tree import DraftTree
 from specplan.runtime.verify import VerifyResult, verify_greedy, verify_sampling
 
+FOLD_LIMIT = 8  # most catch-up tokens folded into a verify forward; more (a prefill) run alone
+
 
 @dataclass(frozen=True)
 class RoundResult:
@@ -89,13 +91,24 @@ class StageRunner:
         self.gamma = gamma if drafter is not None else 0
         self.tree = tree if drafter is not None else None
         self.names = names
+        self.pending: list[int] = []  # catch-up tokens folded into the next verify forward
+        self.folded = 0  # how many of them led the last verify forward
         if drafter is not None:  # a draft head reads the verifier's hidden states
             drafter.attach_verifier(verifier)
 
     def reset(self) -> None:
         self.verifier.reset()
+        self.pending = []
         if self.drafter is not None:
             self.drafter.reset()
+
+    @property
+    def can_fold(self) -> bool:
+        """Whether a catch-up may wait for the next verify forward: the drafter neither reads
+        the verifier's cache (a draft head) nor learns from its forwards (Token Recycling),
+        so nothing looks at the verifier between the catch-up and that forward."""
+        drafter = self.drafter
+        return drafter is None or not (drafter.reads_verifier_cache or drafter.learns_from_verifier)
 
     def new_stats(self) -> StageStats:
         return StageStats(*self.names)
@@ -105,11 +118,38 @@ class StageRunner:
         if self.drafter is not None and tokens:
             self.drafter.observe(tokens, logits)
 
-    def catch_up(self, committed: list[int]) -> None:
-        """Bring the verifier's cache to ``committed[:-1]``: rewind, then one forward over what it lacks."""
-        uncached = self.verifier.rewind_to(committed)
-        if len(uncached) > 1:
-            self.observe(uncached[:-1], self.verifier.extend(uncached[:-1]))
+    def catch_up(self, committed: list[int], fold: bool = False) -> None:
+        """Bring the verifier's cache to ``committed[:-1]``: rewind, then one forward over what it lacks.
+
+        With ``fold`` (a hierarchy's middle model, :class:`HierarchyDrafter`) and at most
+        ``FOLD_LIMIT`` tokens missing, the forward is not run now: the tokens go in front of the
+        next round's verify forward, one forward of m + n tokens instead of T(m) + T(n). After
+        the stage above accepts a middle model's whole draft, the middle lacks its last draft
+        token: folding saves a T_middle(1) forward per such round (docs/planner-math.md
+        section 4.5). A prompt's prefill stays its own forward.
+        """
+        missing = self.verifier.rewind_to(committed)[:-1]
+        if not missing:
+            return
+        if fold and self.can_fold and len(missing) <= FOLD_LIMIT:
+            self.pending = missing
+            return
+        self.observe(missing, self.verifier.extend(missing))
+
+    def _verify_forward(self, tokens: list[int], tree: DraftTree | None) -> torch.Tensor:
+        """The verifier's forward over the folded catch-up tokens (if any) then ``tokens`` (a
+        chain, or ``tree``'s nodes); logits [len(tokens), vocab]. :meth:`_keep` follows it."""
+        prefix, self.pending = self.pending, []
+        shape = tree.after_chain(prefix) if tree is not None and prefix else tree
+        logits = self.verifier.extend([*prefix, *tokens], tree=shape)  # [len(prefix) + n, vocab]
+        self.observe([*prefix, *tokens], logits)
+        self.folded = len(prefix)
+        return logits[len(prefix):]
+
+    def _keep(self, past: int, nodes) -> None:
+        """Keep the folded tokens and the tree's ``nodes`` of the last verify forward."""
+        folded = self.folded
+        self.verifier.keep(past, [*range(folded), *(folded + node for node in nodes)])
 
     def play(self, committed: list[int], remaining: int, sampling: SamplingConfig, generator: torch.Generator,
              want_probs: bool = False) -> RoundResult:
@@ -131,10 +171,9 @@ class StageRunner:
             tree = self.drafter.propose_tree(committed, shape, sampling, generator)
         verify_start = now(self.verifier.device)
         past = len(self.verifier.cached)
-        logits = self.verifier.extend(tree.token_list, tree=tree if tree.num_nodes > 1 else None)  # [nodes, vocab]
-        self.observe(list(tree.token_list), logits)
+        logits = self._verify_forward(list(tree.token_list), tree if tree.num_nodes > 1 else None)  # [nodes, vocab]
         result, probs = _verify(tree, logits, sampling, generator)
-        self.verifier.keep(past, result.kept_nodes)
+        self._keep(past, result.kept_nodes)
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
         return RoundResult(result.committed_tokens(tree), verify_start - draft_start,
                            now(self.verifier.device) - verify_start, rows)
@@ -148,10 +187,9 @@ class StageRunner:
         verify_start = now(self.verifier.device)
         past = len(self.verifier.cached)
         tokens = [committed[-1], *proposal.tokens]
-        logits = self.verifier.extend(tokens)  # [1 + gamma, vocab]
-        self.observe(tokens, logits)
+        logits = self._verify_forward(tokens, None)  # [1 + gamma, vocab]
         result, probs = _verify(_chain_tree(tokens, proposal, logits.shape[-1]), logits, sampling, generator)
-        self.verifier.keep(past, result.kept_nodes)
+        self._keep(past, result.kept_nodes)
         chunk = [tokens[node] for node in result.accepted_nodes] + [result.next_token]
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
         return RoundResult(chunk, verify_start - draft_start, now(self.verifier.device) - verify_start, rows)

@@ -136,6 +136,14 @@ class DraftTree:
         return cls(parents_from_path_lists(paths), torch.as_tensor(tokens), draft_probs,
                    None if sampled is None else tuple(sampled))
 
+    def after_chain(self, prefix: Sequence[int]) -> "DraftTree":
+        """This tree behind the chain ``prefix``: node i of the chain is the parent of node i + 1,
+        the last chain token the parent of this tree's root. Only its mask and positions are
+        used (a verify forward with folded catch-up tokens), so no draft distributions."""
+        offset = len(prefix)
+        parents = (*range(-1, offset - 1), offset - 1, *(parent + offset for parent in self.parents[1:]))
+        return DraftTree(parents, torch.cat([torch.as_tensor(prefix, dtype=torch.long), self.tokens.cpu()]))
+
     def to_path_lists(self) -> list[tuple[int, ...]]:
         """Rank path of every non-root node, in node order (Medusa / vLLM style)."""
         return path_lists_from_parents(self.parents)

@@ -121,13 +121,16 @@ class Drafter(ABC):
       2408.08696) learns its table from them. Set ``learns_from_verifier`` when it does, so
       the profiler computes those logits only for such drafters.
     - :meth:`attach_verifier`: the verifier's session, whose hidden states a draft head reads
-      (EAGLE, arXiv 2401.15077).
+      (EAGLE, arXiv 2401.15077). Set ``reads_verifier_cache`` when it does: the verifier's
+      cache must then hold every committed token before a proposal, so a middle model's
+      catch-up cannot be folded into its next verify forward (:meth:`StageRunner.catch_up`).
     - :meth:`sessions`: the model sessions it runs (the bench compiles and times them).
     - :meth:`stage_stats`: per-stage totals of the stages below it (a hierarchy's middle model).
     """
 
     name: str
     learns_from_verifier: bool = False
+    reads_verifier_cache: bool = False
 
     @abstractmethod
     def reset(self) -> None:

@@ -116,6 +116,10 @@ class GraftDrafter(Drafter):
     def learns_from_verifier(self) -> bool:  # type: ignore[override]
         return self.model.learns_from_verifier or self.retrieval.learns_from_verifier
 
+    @property
+    def reads_verifier_cache(self) -> bool:  # type: ignore[override]
+        return self.model.reads_verifier_cache
+
     def attach_verifier(self, verifier) -> None:
         """Pass the verifier's session on to a model drafter that reads its features (a draft head)."""
         self.model.attach_verifier(verifier)

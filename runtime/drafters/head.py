@@ -67,6 +67,8 @@ class HeadSession(ModelSession):
 class HeadDrafter(Drafter):
     """Sequence and tree drafter over a :class:`~specplan.runtime.drafters.head_model.DraftHead`."""
 
+    reads_verifier_cache = True  # it drafts from the verifier's hidden states
+
     def __init__(self, name: str, head: torch.nn.Module, device: torch.device, width: int = 8):
         self.name = name
         self.session = HeadSession(head, device)

@@ -51,7 +51,7 @@ class HierarchyDrafter(Drafter):
         """Exactly ``gamma`` tokens of the middle model continuing ``committed`` (fewer after an EOS)."""
         if not self.stats:
             self.stats = [self.stage.new_stats()]
-        self.stage.catch_up(committed)
+        self.stage.catch_up(committed, fold=True)  # the missing draft token joins the next verify
         context = list(committed)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []

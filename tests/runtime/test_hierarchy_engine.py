@@ -80,6 +80,24 @@ def test_a_middle_equal_to_the_target_is_accepted_in_full():
     assert result.committed_per_forward == (5, 5, 5, 5, 5)  # gamma 4 + the bonus, every target forward
 
 
+@pytest.mark.parametrize("bottom, folds", [("ngram", True), ("near", True), ("recycle", False)])
+def test_a_middle_folds_its_catch_up_into_the_next_verify_forward(bottom, folds):
+    """When the target accepts the whole draft, the middle lacks its last draft token; it joins
+    the middle's next verify forward (no forward of its own) unless the drafter below learns
+    from the middle's forwards (Token Recycling) and must see them in order."""
+    target = tiny_llama("sdpa", seed=0)
+    perfect = middle(tiny_llama("sdpa", seed=0), make_drafter(bottom, target), tree=DYNAMIC)
+    engine = SpeculativeEngine(target, CPU, set(), perfect, gamma=4)
+    prompt = PROMPTS[2]  # 11 tokens: more than FOLD_LIMIT missing, so the prefill runs alone
+    result = engine.generate(prompt, 25, SamplingConfig())
+    assert list(result.token_ids) == reference_greedy(target, prompt, 25)
+    assert result.committed_per_forward == (5, 5, 5, 5, 5)
+    middle_rounds = result.stages[0].verify_forwards
+    catch_ups = len(result.committed_per_forward) - 1  # every round but the last was accepted in full
+    forwards = perfect.stage.verifier.forwards  # the prompt's prefill, then its rounds
+    assert forwards == 1 + middle_rounds + (0 if folds else catch_ups)
+
+
 def test_hierarchy_state_rolls_back_between_runs():
     target = tiny_llama("sdpa", seed=0)
     engine = three_levels(target, "recycle")

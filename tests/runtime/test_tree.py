@@ -162,3 +162,14 @@ def test_ancestor_mask_matches_slow_reference():
 def test_docstring_examples(module):
     result = doctest.testmod(module, extraglobs={"torch": torch, "DraftTree": DraftTree})
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_a_tree_after_a_chain_masks_and_positions_like_one_longer_tree():
+    tree = DraftTree((-1, 0, 0, 1), torch.tensor([5, 6, 7, 8]))
+    behind = tree.after_chain([3, 4])
+    assert behind.parents == (-1, 0, 1, 2, 2, 3)
+    assert behind.token_list == (3, 4, 5, 6, 7, 8)
+    assert behind.position_ids(10, "cpu").tolist() == [[10, 11, 12, 13, 13, 14]]
+    mask = behind.attention_mask(10, torch.float32, "cpu")[0, 0, :, 10:] == 0
+    assert mask[4].tolist() == [True, True, True, False, True, False]  # node 7: chain, root, itself
+    assert torch.equal(mask[2:, 2:], tree.attention_mask(0, torch.float32, "cpu")[0, 0] == 0)
