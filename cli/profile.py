@@ -20,7 +20,7 @@ DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "l
 
 def add_parser(commands) -> None:
     parser = commands.add_parser("profile", help="measure latency curves and acceptance, then write plan.yaml")
-    parser.add_argument("--target", default="default", help="MODEL: `default`, a .gguf file, a directory or a hub id")
+    parser.add_argument("--target", default=None, help="MODEL: `default` (the default), a .gguf file, a directory or a hub id")
     parser.add_argument("--drafter", action="append", default=None, metavar="SPEC",
                         help="model:MODEL | layerskip:K | layerskip:0,2,4 | ngram:N (repeatable)")
     parser.add_argument("--quant", action="append", default=None, choices=["none", "nf4", "gptq"])
@@ -36,6 +36,14 @@ def add_parser(commands) -> None:
     parser.add_argument("--plan", default=None, metavar="PATH",
                         help="where the plan goes (default: plan.yaml beside the profile; an existing one there is "
                              "replaced only if it was solved from this profile path)")
+    parser.add_argument("--latency-only", action="store_true",
+                        help="measure T(n) only, of --arch shapes with random weights (no model download)")
+    parser.add_argument("--arch", action="append", default=None, metavar="SHAPE",
+                        help="with --latency-only: a named shape (llama-3-8b, llama-3-70b, qwen2.5-1.5b, ...) or a "
+                             "config JSON; the first is the target, the rest drafters (repeatable)")
+    parser.add_argument("--acceptance-from", default=None, metavar="PROFILE",
+                        help="with --latency-only: copy acceptance from this measured profile (its target and "
+                             "model drafters stand for the --arch shapes, in order); without it no plan is solved")
     add_runtime_option(parser)
     parser.set_defaults(handler="profile")
 
@@ -65,6 +73,10 @@ def check_outputs(args) -> Path | None:
 
 
 def command(args) -> int:
+    if args.latency_only or args.arch or args.acceptance_from:
+        from specplan.cli.profile_latency import latency_only_command
+
+        return latency_only_command(args)
     plan_path = check_outputs(args)
     specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
     ids = [spec.id for spec in specs]
@@ -93,12 +105,12 @@ def command(args) -> int:
     elif args.workload != "spec-bench":
         settings = replace(settings, prompts_label=f"{args.workload}:calibration")
     if quants == ["none"]:
-        target = load_model(args.target, resolve_dtype(args.dtype), str(device))
+        target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))
         profile = run_profile(target, specs, prompts, device, settings)
     else:
         from specplan.profiler.variants import profile_variants
 
-        profile = profile_variants(args.target, quants, specs, prompts, device, settings, resolve_dtype(args.dtype))
+        profile = profile_variants(args.target or "default", quants, specs, prompts, device, settings, resolve_dtype(args.dtype))
     save_profile(profile, args.output)
     print(f"specplan: wrote {args.output}")
     if plan_path is not None:

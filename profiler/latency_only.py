@@ -1,0 +1,114 @@
+"""``specplan profile --latency-only --arch SHAPE``: T(n) of models built from a config, random weights.
+
+Latency needs no trained weights (:mod:`specplan.models.arch`), so a GPU user can profile
+Llama-3-8B's or a 70B's verify curve before downloading anything. Acceptance does need the
+real models: it is copied from a measured profile (``--acceptance-from``) whose target and
+model drafters stand for the shapes given, in order, or left out (then no plan is solved).
+``calibration.sources`` says which parts were measured here and which came from where.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+from dataclasses import dataclass
+
+import torch
+import transformers
+from tqdm import tqdm
+
+from specplan.core.errors import ProfileError
+from specplan.core.profile import LatencyCurve, ModelEntry, Profile, shape_from_config
+from specplan.core.runtime_modes import EAGER, RuntimeMode
+from specplan.core.version import __version__
+from specplan.models.arch import ArchSpec, build_random, scale_to_layers
+from specplan.profiler.latency import WIDTHS, measure_latency
+from specplan.runtime.device import describe_device
+
+
+@dataclass(frozen=True)
+class LatencyOnlySettings:
+    dtype: str = "bfloat16"
+    context: int = 256  # cached tokens under each measurement, as in a full profile
+    repeats: int = 9
+    runtime: RuntimeMode = EAGER
+
+
+def context_ids(vocab: int, length: int) -> list[int]:
+    """Deterministic token ids spread over the vocabulary (their values do not change the cost)."""
+    return [(7919 * index + 11) % vocab for index in range(length)]
+
+
+def _measure(spec: ArchSpec, layers: int | None, device: torch.device, settings: LatencyOnlySettings,
+             bar: tqdm) -> LatencyCurve:
+    model = build_random(spec, settings.dtype, str(device), layers)
+    try:
+        context = context_ids(int(spec.config["vocab_size"]), settings.context)
+        return measure_latency(model, device, context, WIDTHS, settings.repeats, bar.update, runtime=settings.runtime)
+    finally:
+        del model
+        gc.collect()
+
+
+def measure_arch(spec: ArchSpec, device: torch.device, settings: LatencyOnlySettings) -> tuple[LatencyCurve, str]:
+    """The curve of ``spec`` at its full depth and a line saying how it was obtained."""
+    passes = len(spec.slice) or 1
+    with tqdm(total=passes * len(WIDTHS), desc=f"latency T(n): {spec.name}", unit="curve point") as bar:
+        if not spec.slice:
+            curve = _measure(spec, None, device, settings, bar)
+            return curve, f"measured: random weights of {spec.name}, all {spec.layers} layers"
+        short, long = (_measure(spec, layers, device, settings, bar) for layers in spec.slice)
+    low, high = spec.slice
+    ms = tuple(round(scale_to_layers(a, b, low, high, spec.layers), 4) for a, b in zip(short.ms, long.ms))
+    how = (f"measured: random weights of {spec.name} with {low} and {high} of its {spec.layers} layers, "
+           "scaled linearly in layers")
+    return LatencyCurve(short.context, short.n, ms), how
+
+
+def _ids_for(specs: list[ArchSpec], borrowed: Profile | None) -> list[str]:
+    """Model ids: ``target`` then the drafters; with a borrowed profile, its model ids in order."""
+    if borrowed is None:
+        return ["target"] + [f"arch-{spec.name}" for spec in specs[1:]]
+    drafters = [model.id for model in borrowed.models if model.role == "drafter" and model.base is None]
+    if len(drafters) != len(specs) - 1:
+        raise ProfileError(f"--acceptance-from has {len(drafters)} model drafter(s) ({', '.join(drafters) or 'none'}) "
+                           f"but {len(specs) - 1} --arch shape(s) follow the target; give one --arch per drafter, "
+                           "in the profile's order")
+    return ["target", *drafters]
+
+
+def run_latency_only(specs: list[ArchSpec], device: torch.device, settings: LatencyOnlySettings,
+                     borrowed: Profile | None = None, borrowed_from: str = "") -> Profile:
+    """Measure every shape of ``specs`` (the first is the target) and assemble a profile."""
+    ids = _ids_for(specs, borrowed)
+    models, sources = [], {}
+    for model_id, spec in zip(ids, specs):
+        curve, how = measure_arch(spec, device, settings)
+        sources[model_id] = how
+        models.append(ModelEntry(id=model_id, source=f"arch:{spec.name}", fingerprint=spec.fingerprint,
+                                 dtype=settings.dtype, role="target" if model_id == "target" else "drafter",
+                                 latency=(curve,), mode=settings.runtime.profile_label,
+                                 shape=shape_from_config(_Fields(spec.config))))
+    acceptance, retrieval = (), ()
+    if borrowed is not None:
+        acceptance, retrieval = borrowed.acceptance, borrowed.retrieval
+        known = set(ids) | {entry.id for entry in retrieval}
+        acceptance = tuple(a for a in acceptance if a.drafter in known and a.verifier in known)
+        sources["acceptance"] = f"copied from {borrowed_from} (measured on {borrowed.device.name})"
+    else:
+        sources["acceptance"] = "none: pass --acceptance-from PROFILE to plan with measured acceptance"
+    return Profile(
+        device=describe_device(device), models=tuple(models), acceptance=acceptance, retrieval=retrieval,
+        created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        software={"specplan": str(__version__), "torch": str(torch.__version__),
+                  "transformers": str(transformers.__version__)},
+        calibration={"latency_only": True, "context": settings.context, "sources": sources,
+                     **({"prompts": borrowed.calibration.get("prompts", "")} if borrowed is not None else {})},
+    )
+
+
+class _Fields:
+    """Config fields read by attribute (what :func:`shape_from_config` expects)."""
+
+    def __init__(self, fields: dict):
+        self.__dict__.update(fields)
