@@ -64,9 +64,9 @@ def command(args) -> int:
 
         return command_plan_sku(args)
     runtime_options(args.max_budget, args.max_depth, args.temperature)  # bounds first: one line, no work
+    profile = load_profile(args.profile)  # first: a plan given as the profile is named as such
     output = Path(args.output) if args.output else Path(args.profile).with_name("plan.yaml")
     check_output_file(output, kind="plan", inputs=[args.profile])
-    profile = load_profile(args.profile)
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
                      temperature=args.temperature, explain=args.explain, stages=args.stages)
     return 0

@@ -63,6 +63,8 @@ def check_outputs(args) -> Path | None:
         return None
     plan_path = Path(args.plan) if args.plan else output.with_name("plan.yaml")
     if plan_path.resolve() == output.resolve():
+        if args.plan:
+            raise SpecplanError(f"--plan {plan_path} is the profile's own path (-o); pass another plan path")
         raise SpecplanError(f"-o {output} is where the plan would go; name the profile another way "
                             "(e.g. -o profile.yaml) or pass --plan PATH or --no-plan")
     check_output_file(plan_path, kind="plan", flag="--plan" if args.plan else "the plan", inputs=[output])

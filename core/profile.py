@@ -252,6 +252,13 @@ def _device(raw: Any) -> DeviceInfo:
     return DeviceInfo(**{k: str(v) for k, v in raw.items() if k in DeviceInfo.__annotations__})
 
 
+def _mapping(document: dict[str, Any], key: str) -> dict[str, Any]:
+    value = document.get(key) or {}
+    if not isinstance(value, dict):
+        raise ProfileError(f"{key} must be a mapping, got {value!r}; fix the profile or re-profile")
+    return dict(value)
+
+
 def _check_unique(models: tuple[ModelEntry, ...], retrieval: tuple[RetrievalEntry, ...]) -> None:
     seen: set[str] = set()
     for name in [m.id for m in models] + [r.id for r in retrieval]:
@@ -297,8 +304,8 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
         acceptance=acceptance,
         retrieval=retrieval,
         created=str(document.get("created", "")),
-        software={str(k): str(v) for k, v in (document.get("software") or {}).items()},
-        calibration=dict(document.get("calibration") or {}),
+        software={str(k): str(v) for k, v in _mapping(document, "software").items()},
+        calibration=_mapping(document, "calibration"),
     )
     profile.target  # noqa: B018 - validates that a target exists
     return profile

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import least_squares
 
+from specplan.core.errors import ProfileError
 from specplan.core.profile import Profile
 
 from .roofline import Calibration, DeviceRoof, precision_for, roofline_ms
@@ -47,7 +48,10 @@ def _measured_points(profile: Profile) -> list[tuple[str, object, object, int, i
     points = []
     for model in profile.models:
         shape = model_shape(profile, model)
-        precision = precision_for(model.quant, model.dtype)
+        try:
+            precision = precision_for(model.quant, model.dtype)
+        except ValueError as exc:
+            raise ProfileError(f"model {model.id!r}: {exc}; fix the profile's quant / dtype") from None
         for curve in model.latency:
             if curve.source != "measured":
                 continue

@@ -156,6 +156,8 @@ def test_a_profile_given_as_sku_table(stored, capsys):
 def test_a_plan_given_as_profile(stored, capsys):
     code, err = run_cli(["plan", "plan.yaml", "-o", "out.yaml"], capsys)
     assert_one_line_error(code, err, "is a plan, not a profile")
+    code, err = run_cli(["plan", "plan.yaml"], capsys)  # its default output is the plan itself
+    assert_one_line_error(code, err, "is a plan, not a profile")
     code, err = run_cli(["run", "profile.yaml"], capsys)
     assert_one_line_error(code, err, "is a profile, not a plan")
 
@@ -214,3 +216,25 @@ def test_shared_values_are_written_out_not_aliased(tmp_path):
     write_document(tmp_path / "x.yaml", {"schema_version": 1, "a": shared, "b": shared})
     assert "&" not in (tmp_path / "x.yaml").read_text()
     assert read_document(tmp_path / "x.yaml", "x", PlanError)["b"] == shared
+
+
+def test_a_hand_edited_shape_is_refused_unless_forced(stored, capsys, monkeypatch):
+    import specplan
+    from specplan.runtime.runner import PlanRunner
+
+    edit(stored / "plan.yaml", lambda d: d["stages"][0]["shape"].update(parents=[-1, 0, 0, 1, 1]))
+    code, err = run_cli(["run", "plan.yaml"], capsys)
+    assert_one_line_error(code, err, "was it edited?")
+    code, err = run_cli(["bench", "plan.yaml", "--no-plots"], capsys)
+    assert_one_line_error(code, err, "was it edited?")
+    monkeypatch.setattr(PlanRunner, "open", classmethod(lambda cls, *args, **kwargs: "opened"))
+    assert specplan.Runner.open(stored / "plan.yaml", force=True).plan_runner == "opened"
+
+
+def test_stored_plans_pass_the_recheck():
+    from specplan.core.contract import load_plan_and_profile
+    from specplan.planner.recheck import check_prediction
+
+    for path in sorted((ROOT / "profiles").glob("*/plan*.yaml")):
+        plan, profile, _ = load_plan_and_profile(str(path))
+        check_prediction(plan, profile)

@@ -65,6 +65,12 @@ def test_profile_output_named_like_its_plan_is_refused(tmp_path, capsys, no_meas
     assert_one_line_error(code, err, "where the plan would go")
 
 
+def test_plan_flag_naming_the_profile_is_refused(tmp_path, capsys, no_measuring):
+    path = str(tmp_path / "p.yaml")
+    code, err = run_cli(["profile", "--quick", "-o", path, "--plan", path], capsys)
+    assert_one_line_error(code, err, "--plan")
+
+
 def test_profile_does_not_replace_a_sibling_plan_of_another_profile(stored, capsys, no_measuring):
     code, err = run_cli(["profile", "--quick", "-o", "x.yaml"], capsys)
     assert_one_line_error(code, err, "was not solved from x.yaml")

@@ -1,0 +1,32 @@
+"""A plan read from disk, re-checked against its profile: the prediction its stages give must be
+the one it records. A hand-edited shape (a gamma, a tree) would otherwise run under the old
+prediction; such a plan is refused unless the user forces it (``run --force``, ``bench --force``).
+"""
+
+from __future__ import annotations
+
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan
+from specplan.core.profile import Profile
+
+from .simulate import closed_form, plan_stages
+
+# The solver's own cost model and the closed form agree to 1% on every stored plan (a compiled
+# model's bucketed T(n) is the largest gap, 0.75%); a changed shape moves the prediction more.
+TOLERANCE = 0.02
+
+
+def check_prediction(plan: Plan, profile: Profile) -> None:
+    """PlanError (one line) when the plan's stages no longer give its recorded ms per token.
+
+    Plain decoding and dynamic trees (grown at run time, no closed form) are not checked."""
+    if not plan.stages or any(s.shape.kind == "tree" and not s.shape.parents for s in plan.stages):
+        return
+    try:
+        ms = closed_form(plan_stages(plan, profile))
+    except (ValueError, IndexError, ZeroDivisionError) as error:
+        raise PlanError(f"the plan's stages cannot be costed on its profile ({error}); re-run `specplan plan`") from None
+    recorded = plan.predicted.ms_per_token
+    if not abs(ms - recorded) <= TOLERANCE * recorded:
+        raise PlanError(f"the plan's stages predict {ms:.2f} ms per token on its profile, but the plan records "
+                        f"{recorded:.2f}: was it edited? re-run `specplan plan` (or pass --force to run it anyway)")
