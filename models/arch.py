@@ -101,8 +101,9 @@ def build_random(spec: ArchSpec, dtype: str, device: str, layers: int | None = N
     except ValueError as error:
         raise ModelError(f"--arch {spec.name}: transformers does not know this config ({error})") from None
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype], attn_implementation="sdpa")
-    return model.to(device).eval()
+    with torch.device(device):  # drawn where it runs: a 70B slice's 2 GB embedding is not built on the CPU first
+        model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype], attn_implementation="sdpa")
+    return model.eval()
 
 
 def scale_to_layers(short_ms: float, long_ms: float, short_layers: int, long_layers: int, layers: int) -> float:

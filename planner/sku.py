@@ -92,6 +92,18 @@ def _sku(name: str, raw: dict[str, Any]) -> DeviceRoof:
     )
 
 
+# A CUDA device's name (torch.cuda.get_device_name) -> the SKU table's key. Checked in order,
+# so "l40s" comes before "l4". A PCIe H100 has 2.0 TB/s, not the SXM's 3.35: not matched.
+DEVICE_NAMES = (("h100 80gb hbm3", "h100-sxm"), ("h100 sxm", "h100-sxm"), ("h200", "h200"), ("a100-sxm4-80gb", "a100-80gb"),
+                ("a100 80gb", "a100-80gb"), ("l40s", "l40s"), ("l4", "l4"), ("rtx 4090", "rtx-4090"))
+
+
+def sku_of_device_name(name: str) -> str | None:
+    """The SKU key of a CUDA device called ``name`` (e.g. "NVIDIA H100 80GB HBM3" -> h100-sxm), or None."""
+    lowered = name.lower()
+    return next((sku for pattern, sku in DEVICE_NAMES if pattern in lowered), None)
+
+
 def get_sku(name: str, skus: dict[str, DeviceRoof] | None = None) -> DeviceRoof:
     """The SKU called ``name``; PlanError listing the known ones otherwise."""
     skus = skus if skus is not None else load_skus()

