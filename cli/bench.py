@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from specplan.cli.options import add_runtime_option, runtime_of
+from specplan.cli.options import add_runtime_option, chosen_runtime
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_folder
@@ -37,7 +37,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--report", default=None, help="folder for report.md, report.json and the plots")
     parser.add_argument("--no-plots", action="store_true", help="write the report without PNG plots (no matplotlib)")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
-    add_runtime_option(parser)
+    add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="bench")
 
 
@@ -143,7 +143,7 @@ def command(args) -> int:
                              grid_min_speedup=args.grid_min_speedup, assistant=assistant)
     if not args.force:
         check_prediction(plan, profile)  # a hand-edited shape does not run under the old prediction
-    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=runtime_of(args))
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args))
     for prompt in prompts:  # every prompt fits the context before the long run starts
         runner.check_prompt(prompt, args.max_new_tokens)
     command = _command_line(args)

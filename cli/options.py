@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
-from specplan.core.runtime_modes import RuntimeMode, runtime_from_environment
+from specplan.core.runtime_modes import ENVIRONMENT_VARIABLE, RuntimeMode, runtime_from_environment
 
 
-def add_runtime_option(parser) -> None:
+def add_runtime_option(parser, from_plan: bool = False) -> None:
+    """``--runtime``; ``from_plan``: a verb that runs a plan defaults to the runtime its profile measured."""
+    fallback = "the runtime the plan's profile measured" if from_plan else "eager"
     parser.add_argument("--runtime", choices=("eager", "static", "compiled"), default=None,
-                        help="how models run: eager (default), static (preallocated KV cache), compiled "
+                        help="how models run: eager, static (preallocated KV cache), compiled "
                              "(static cache + torch.compile'd steps; compiles once per model, minutes on CPU); "
-                             "default: SPECPLAN_RUNTIME, else eager")
+                             f"default: SPECPLAN_RUNTIME, else {fallback}")
+
+
+def chosen_runtime(args) -> RuntimeMode | None:
+    """``--runtime`` or ``SPECPLAN_RUNTIME`` if either is given; None leaves the choice to the
+    plan (``run`` and ``bench`` then use the runtime its profile measured)."""
+    if getattr(args, "runtime", None) or os.environ.get(ENVIRONMENT_VARIABLE, "").strip():
+        return runtime_of(args)
+    return None
 
 
 def runtime_of(args) -> RuntimeMode:

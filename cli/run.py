@@ -6,7 +6,7 @@ import json
 import math
 
 from specplan.api import Runner
-from specplan.cli.options import add_runtime_option, runtime_of
+from specplan.cli.options import add_runtime_option, chosen_runtime
 from specplan.core.errors import SpecplanError
 from specplan.core.prompts import Prompt, read_prompts
 
@@ -27,7 +27,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--stream", action="store_true", help="print text as it is committed")
     parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
-    add_runtime_option(parser)
+    add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="run")
 
 
@@ -50,7 +50,7 @@ def command(args) -> int:
     if not 0.0 < args.top_p <= 1.0:
         raise SpecplanError("--top-p must be in (0, 1]")
     prompts = _run_prompts(args)
-    runner = Runner.open(args.plan, runtime=runtime_of(args), force=args.force)
+    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force)
     for prompt in prompts:  # every prompt fits the context before the first one decodes
         runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
     for prompt in prompts:

@@ -92,6 +92,11 @@ class RunResult:
         return record
 
 
+def profiled_runtime(profile: Profile) -> RuntimeMode:
+    """The runtime whose latency ``profile`` measured: compiled steps, or eager."""
+    return RuntimeMode("compiled") if profile.target.mode == "compiled" else EAGER
+
+
 @dataclass
 class PlanRunner:
     plan: Plan
@@ -104,8 +109,11 @@ class PlanRunner:
 
     @classmethod
     def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False,
-             runtime: RuntimeMode = EAGER) -> "PlanRunner":
+             runtime: RuntimeMode | None = None) -> "PlanRunner":
+        """``runtime`` None: the one the profile measured (its target's ``mode``), so the plan's
+        predictions hold; another one runs with a warning that they assume the profiled one."""
         quiet_transformers()
+        runtime = runtime if runtime is not None else profiled_runtime(profile)
         kind = profile.device.kind
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
         target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)

@@ -88,19 +88,19 @@ class Runner:
     """An opened plan: its models loaded, its contract checked, ready to generate.
 
     ``Runner.open(path)`` refuses a plan whose profile, device or target weights changed unless
-    ``force``; ``runtime`` is ``eager`` (default), ``static`` or ``compiled`` (README, "Fast
-    forward passes").
+    ``force``; ``runtime`` is ``eager``, ``static`` or ``compiled`` (README, "Fast forward
+    passes"); by default the one the plan's profile measured, so the predictions hold.
     """
 
     def __init__(self, runner: "PlanRunner"):
         self._runner = runner
 
     @classmethod
-    def open(cls, plan: str | Path, *, runtime: str | RuntimeMode = "eager", force: bool = False) -> "Runner":
+    def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False) -> "Runner":
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
         if not force:
             check_prediction(loaded_plan, profile)  # a hand-edited shape does not run under the old prediction
-        mode = runtime if isinstance(runtime, RuntimeMode) else RuntimeMode(runtime)
+        mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
         quiet_import_noise()
         from specplan.runtime.runner import PlanRunner
 
