@@ -69,6 +69,7 @@ def llama_cpp_decode(path: Path, threads: int):
 
     def run(prompt_ids: list[int], max_new_tokens: int, stop: set[int]) -> tuple[list[int], float, float]:
         tokens: list[int] = []
+        llm.reset()  # generate() keeps a cached prefix of the last prompt: every run prefills in full
         start = time.perf_counter()
         first = None
         for token in llm.generate(prompt_ids, top_k=1, temp=0.0, reset=True):
