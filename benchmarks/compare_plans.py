@@ -27,7 +27,11 @@ import json
 import statistics
 import warnings
 
-import torch
+from specplan.core.quiet import quiet_libraries
+
+quiet_libraries(verbose=False)  # before torch and the 4-bit backends import: no library chatter
+
+import torch  # noqa: E402
 
 from specplan.planner.options import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
 from specplan.planner import PlanOptions, solve_plan

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 
-import torch
+from specplan.core.quiet import quiet_libraries
+
+quiet_libraries(verbose=False)  # before torch and the 4-bit backends import: no library chatter
+
+import torch  # noqa: E402
 
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.prompts import spec_bench_split, stratified

@@ -22,7 +22,11 @@ import argparse
 import json
 from collections import defaultdict
 
-import torch
+from specplan.core.quiet import quiet_libraries
+
+quiet_libraries(verbose=False)  # before torch and the 4-bit backends import: no library chatter
+
+import torch  # noqa: E402
 from tqdm import tqdm
 
 from specplan.core.drafter_spec import parse_drafter_spec
