@@ -6,8 +6,10 @@ import json
 import sys
 
 from specplan.core.contract import load_plan_and_profile
+from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
 from specplan.planner.export import describe, engine_support, export_plan
+from specplan.planner.export_models import ModelNames
 from specplan.planner.options import runtime_options
 
 
@@ -22,13 +24,30 @@ def add_parser(commands) -> None:
 
 
 
+def model_names(profile, engine: str) -> ModelNames:
+    """How the command names the profile's models; for llama.cpp, the GGUF files found on this machine."""
+    found = []
+    if engine == "llama.cpp":
+        from specplan.models.load import gguf_file  # imports torch: only for llama.cpp's file paths
+
+        for model in profile.models:
+            source = model.source.partition(":")[2] if model.source.startswith("model:") else model.source
+            try:
+                path = gguf_file(source)
+            except ModelError:  # not fetched here: the command keeps the file name
+                path = None
+            if path is not None:
+                found.append((source, str(path)))
+    return ModelNames(profile.target.source, profile.device.kind, tuple(found))
+
+
 def command(args) -> int:
     """``specplan export PLAN --engine E``: the engine's own config on stdout, the story on stderr."""
     engine_support(args.engine)  # an unknown engine fails before any file is read
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     options = runtime_options(args.max_budget, args.max_depth, plan.temperature)
     result = export_plan(profile, args.engine, options, profile_path=str(profile_path),
-                         profile_sha256=file_sha256(profile_path))
+                         profile_sha256=file_sha256(profile_path), names=model_names(profile, args.engine))
     lines = describe(result)
     if plan.device.get("source") == "roofline":
         lines.insert(0, f"latencies modelled for {plan.device.get('sku')} (roofline), acceptance measured")
@@ -40,7 +59,8 @@ def command(args) -> int:
             "engine_speedup": result.restricted.plan.predicted.speedup,
             "unrestricted_plan": result.unrestricted.plan.summary(),
             "unrestricted_ms_per_token": result.unrestricted.plan.predicted.ms_per_token,
-            "loss": result.loss, "left_out": list(result.excluded), "notes": list(result.notes),
+            "loss": result.loss, "left_out": list(result.excluded), "not_writable_yet": list(result.unwritable),
+            "engine_limits": list(result.limits), "notes": list(result.notes),
         }))
     else:
         print(result.config)

@@ -3,10 +3,14 @@
 An engine runs a subset of the plan space (:mod:`.export_engines`): vLLM one drafter and a
 chain; SGLang a chain or an EAGLE-2-style tree (steps x topk, a budget of draft tokens);
 transformers a chain from an assistant model, prompt lookup or early exit; llama.cpp a
-chain from a draft model or n-gram lookup. ``export_plan`` solves the same profile twice:
+chain from a GGUF draft model or n-gram lookup. ``export_plan`` solves the same profile twice:
 unrestricted (every shape, hierarchies) and restricted to the engine (its drafters, its
-shapes, one stage), and reports the restricted optimum's configuration in the engine's own
-terms with the predicted loss ``L_engine / L_unrestricted - 1`` in ms per token.
+shapes, one stage, its own limits such as SGLang's candidate bound), and prints the command
+that starts the engine with the restricted optimum, with the predicted loss
+``L_engine / L_unrestricted - 1`` in ms per token.
+
+Drafters left out are kept in two lists: those the engine cannot run at all, and those it
+could run but whose files specplan cannot write in the engine's format yet.
 
 For SGLang trees the Sequoia DP tree (arXiv 2402.12374) with the same budget, depth and
 widest branching stands in for SGLang's dynamic tree (EAGLE-2, arXiv 2406.16858): an
@@ -23,22 +27,27 @@ from specplan.core.errors import PlanError
 from specplan.core.plan import Stage
 from specplan.core.profile import Profile
 
-from .export_engines import ENGINES, EngineSupport, render
+from .export_commands import render
+from .export_engines import ARTIFACT_GAP, ENGINES, EngineSupport, sglang_candidates, sglang_fits, tree_numbers
+from .export_models import ModelNames
+from .export_notes import engine_notes
 from .options import PlanOptions
 from .solve import PlanResult, solve_plan
 
 
 @dataclass(frozen=True)
 class ExportResult:
-    """The engine's configuration and what it costs against the unrestricted optimum."""
+    """The engine's command and what it costs against the unrestricted optimum."""
 
     engine: str
-    config: str  # the engine's own text: JSON or command-line flags
+    config: str  # the command that starts the engine (transformers: a Python snippet)
     stage: Stage | None  # the exported stage (None: plain decoding, no speculation)
     restricted: PlanResult  # solved under the engine's limits
     unrestricted: PlanResult  # solved with every shape and hierarchy
-    excluded: tuple[str, ...]  # drafters the engine cannot express, with the reason
+    excluded: tuple[str, ...]  # drafters the engine cannot run, with the reason
     notes: tuple[str, ...] = ()
+    unwritable: tuple[str, ...] = ()  # drafters the engine could run but specplan cannot write for it yet
+    limits: tuple[str, ...] = ()  # the engine's own limits that changed the plan, each with its loss
 
     @property
     def loss(self) -> float:
@@ -53,27 +62,29 @@ def engine_support(name: str) -> EngineSupport:
     return ENGINES[name]
 
 
-def restrict_profile(profile: Profile, engine: EngineSupport) -> tuple[Profile, tuple[str, ...]]:
-    """``profile`` with only the drafters ``engine`` can express (and their acceptance by the target).
+def restrict_profile(profile: Profile, engine: EngineSupport,
+                     names: ModelNames | None = None) -> tuple[Profile, tuple[str, ...], tuple[str, ...]]:
+    """``profile`` with only the drafters ``engine`` can run (and their acceptance by the target).
 
-    Returns the restricted profile and one line per drafter left out.
+    Returns the restricted profile, one line per drafter the engine cannot run, and one line per
+    drafter it could run but specplan cannot write in its format yet.
     """
     target = profile.target.id
-    excluded, kept = [], {target}
+    excluded, unwritable, kept = [], [], {target}
     for drafter, source in [(m.id, m.source) for m in profile.models if m.id != target] + \
             [(r.id, r.source) for r in profile.retrieval]:
-        ok, why = engine.expresses(source)
-        if ok:
+        verdict = engine.judge(source, names)
+        if verdict.runs:
             kept.add(drafter)
         else:
-            excluded.append(f"{drafter} ({source}): {why}")
+            (unwritable if verdict.gap == ARTIFACT_GAP else excluded).append(f"{drafter} ({source}): {verdict.reason}")
     restricted = replace(
         profile,
         models=tuple(m for m in profile.models if m.id in kept),
         retrieval=tuple(r for r in profile.retrieval if r.id in kept),
         acceptance=tuple(a for a in profile.acceptance if a.drafter in kept and a.verifier == target),
     )
-    return restricted, tuple(excluded)
+    return restricted, tuple(excluded), tuple(unwritable)
 
 
 def _solve_quietly(profile: Profile, options: PlanOptions, **where: str) -> PlanResult:
@@ -87,9 +98,36 @@ def _source(profile: Profile, drafter: str) -> str:
     return model.source if model is not None else profile.retrieval_entry(drafter).source
 
 
+def _last_stage(result: PlanResult) -> Stage | None:
+    stages = result.plan.stages
+    return stages[-1] if stages else None
+
+
+def _sglang_bounded(profile: Profile, options: PlanOptions, result: PlanResult,
+                    where: dict[str, str]) -> tuple[PlanResult, tuple[str, ...]]:
+    """Re-solve with smaller budgets until SGLang can build the draft-model tree; the limit's line."""
+    first, budget = result, options.max_budget
+    while True:
+        stage = _last_stage(result)
+        if stage is None or stage.shape.kind != "tree" or _source(profile, stage.drafter).startswith("ngram:") \
+                or sglang_fits(stage):
+            break
+        steps, topk, _ = tree_numbers(stage)
+        budget = min(budget - 1, sglang_candidates(steps, topk) + 1)
+        bounded = replace(options, max_budget=budget) if budget >= 2 else replace(options, shapes=("sequence",))
+        result = _solve_quietly(profile, bounded, **where)
+    if result is first:
+        return result, ()
+    steps, topk, tokens = tree_numbers(_last_stage(first))
+    cost = result.plan.predicted.ms_per_token / first.plan.predicted.ms_per_token - 1.0
+    return result, (f"SGLang drafts the best num_draft_tokens - 1 of topk + (steps - 1) * topk^2 scored candidates: "
+                    f"the {tokens}-token tree ({steps} steps, topk {topk}) needs {tokens - 1} of "
+                    f"{sglang_candidates(steps, topk)}, so it was re-solved within the bound: {cost:+.1%} ms/token",)
+
+
 def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None = None, *,
-                profile_path: str = "", profile_sha256: str = "") -> ExportResult:
-    """The best configuration ``engine_name`` can run for ``profile``, and its loss.
+                profile_path: str = "", profile_sha256: str = "", names: ModelNames | None = None) -> ExportResult:
+    """The best configuration ``engine_name`` can run for ``profile``, its command, and its loss.
 
     Parameters
     ----------
@@ -100,6 +138,9 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     options : PlanOptions, optional
         Limits of the unrestricted search (budget, depth, gammas, temperature); the engine's
         search uses the same limits with the engine's shapes and one stage.
+    names : ModelNames, optional
+        How the command names the models (default: from the profile's sources, see
+        :mod:`.export_models`).
 
     Raises
     ------
@@ -108,27 +149,23 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     """
     engine = engine_support(engine_name)
     options = options or PlanOptions()
+    names = names or ModelNames(profile.target.source, profile.device.kind)
     where = {"profile_path": profile_path, "profile_sha256": profile_sha256}
     unrestricted = _solve_quietly(profile, options, **where)
-    restricted_profile, excluded = restrict_profile(profile, engine)
+    if not math.isfinite(unrestricted.plan.predicted.ms_per_token):
+        raise PlanError("the profile's target has no usable latency; re-run `specplan profile`")
+    restricted_profile, excluded, unwritable = restrict_profile(profile, engine, names)
     engine_options = replace(options, shapes=tuple(s for s in options.shapes if s in engine.shapes) or ("sequence",),
                              max_stages=min(1, options.max_stages))
     restricted = _solve_quietly(restricted_profile, engine_options, **where)
-    stages = restricted.plan.stages
-    stage = stages[-1] if stages else None
-    notes = []
-    if stage is not None and stage.shape.kind == "tree":
-        notes.append("SGLang grows its tree dynamically; the prediction is the static DP tree with the same "
-                     "budget, depth and widest branching")
-    if stage is None:
-        notes.append(f"no drafter that {engine.name} can express beats plain decoding: serve without speculation")
-    if stage is not None and engine.name == "llama.cpp" and _source(profile, stage.drafter).startswith("ngram:"):
-        notes.append("llama.cpp's ngram-simple matches exactly size-n tokens (no fall-back to shorter n-grams "
-                     "as measured), so its acceptance may be lower than predicted")
-    if not math.isfinite(unrestricted.plan.predicted.ms_per_token):
-        raise PlanError("the profile's target has no usable latency; re-run `specplan profile`")
-    config = render(engine.name, stage, _source(profile, stage.drafter) if stage else "")
-    return ExportResult(engine.name, config, stage, restricted, unrestricted, excluded, tuple(notes))
+    limits: tuple[str, ...] = ()
+    if engine.name == "sglang":
+        restricted, limits = _sglang_bounded(restricted_profile, engine_options, restricted, where)
+    stage = _last_stage(restricted)
+    source = _source(profile, stage.drafter) if stage else ""
+    notes = engine_notes(engine.name, stage, source, names)
+    config = render(engine.name, stage, source, names)
+    return ExportResult(engine.name, config, stage, restricted, unrestricted, excluded, notes, unwritable, limits)
 
 
 def describe(result: ExportResult) -> list[str]:
@@ -141,6 +178,8 @@ def describe(result: ExportResult) -> list[str]:
         f"predicted loss: {result.loss:+.1%} ms/token ({engine.predicted.speedup:.2f}x instead of "
         f"{full.predicted.speedup:.2f}x)",
     ]
-    lines += [f"left out: {line}" for line in result.excluded]
+    lines += [f"engine limit: {line}" for line in result.limits]
+    lines += [f"left out, the engine cannot run it: {line}" for line in result.excluded]
+    lines += [f"left out, specplan cannot write it for {result.engine} yet: {line}" for line in result.unwritable]
     lines += [f"note: {line}" for line in result.notes]
     return lines

@@ -1,0 +1,93 @@
+"""The engines' recorded interfaces (tests/data/engines/) and the names an exported command uses.
+
+Each record was written by hand from the engine's source at the commit in its header: one name
+per line under ``[section]`` headers. ``names_used`` takes a command apart into the names it
+relies on, ``unknown_names`` lists those missing from the record.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "engines"
+RECORDS = {  # engine: (record file, repository, full commit)
+    "vllm": ("vllm-speculative-config-002e77c1f0ef.txt", "vllm-project/vllm", "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443"),
+    "sglang": ("sglang-server-args-001067fffe33.txt", "sgl-project/sglang", "001067fffe33427bee0ed2f007fb7551a1d76b44"),
+    "llama.cpp": ("llama-cpp-arg-0017d6fb63f9.txt", "ggml-org/llama.cpp", "0017d6fb63f9590e791a7562b276148f7bd5b7fc"),
+}
+
+
+@dataclass(frozen=True)
+class Record:
+    repository: str
+    commit: str
+    sections: dict[str, frozenset[str]]
+
+
+def load_record(engine: str) -> Record:
+    """The recorded interface of ``engine``: its header and its sections of names."""
+    header, sections, current = {}, {}, None
+    for line in (DATA / RECORDS[engine][0]).read_text().splitlines():
+        if line.startswith("# ") and ":" in line:
+            key, _, value = line[2:].partition(":")
+            header.setdefault(key.strip(), value.strip())
+        elif line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+            sections[current] = set()
+        elif line.strip() and not line.startswith("#"):
+            sections[current].add(line.strip())
+    return Record(header["repository"], header["commit"], {k: frozenset(v) for k, v in sections.items()})
+
+
+def _flags(words: list[str]) -> dict[str, str]:
+    """``--flag value`` pairs (every flag specplan writes takes one value)."""
+    assert len(words) % 2 == 0, words
+    pairs = dict(zip(words[::2], words[1::2]))
+    assert all(flag.startswith("-") for flag in pairs), words
+    return pairs
+
+
+def names_used(engine: str, command: str) -> dict[str, set[str]]:
+    """The names ``command`` relies on, by the record section they must be in."""
+    words = shlex.split(command)
+    if engine == "vllm":
+        assert words[:2] == ["vllm", "serve"], words
+        flags = _flags(words[3:])
+        config = json.loads(flags.get("--speculative-config", "{}"))
+        methods = {config["method"]} if "method" in config else set()
+        return {"cli": {"serve", *flags}, "field": set(config), "method": methods}
+    if engine == "sglang":
+        assert words[:3] == ["python", "-m", "sglang.launch_server"], words
+        flags = _flags(words[3:])
+        used = {"flag": set(flags), "device": {flags["--device"]} if "--device" in flags else set()}
+        used["algorithm"] = {flags["--speculative-algorithm"]} if "--speculative-algorithm" in flags else set()
+        return used
+    assert engine == "llama.cpp" and words[0] == "llama-server", words
+    flags = _flags(words[1:])
+    return {"flag": set(flags), "spec-type": {flags["--spec-type"]} if "--spec-type" in flags else set()}
+
+
+def unknown_names(engine: str, command: str) -> dict[str, set[str]]:
+    """Names ``command`` uses that the engine's record does not have (empty: all known)."""
+    record = load_record(engine)
+    used = names_used(engine, command)
+    return {section: names - record.sections.get(section, frozenset())
+            for section, names in used.items() if names - record.sections.get(section, frozenset())}
+
+
+def transformers_names(snippet: str) -> tuple[set[str], set[str]]:
+    """(generate() keyword arguments, generation_config attributes the snippet sets)."""
+    tree = ast.parse(snippet)
+    keywords, attributes = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "generate":
+            keywords |= {keyword.arg for keyword in node.keywords if keyword.arg}
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute):
+            target = node.targets[0]
+            if getattr(target.value, "attr", "") == "generation_config":
+                attributes.add(target.attr)
+    return keywords, attributes
