@@ -12,7 +12,6 @@ from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_folder
 from specplan.core.prompts import read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
-from specplan.planner.recheck import check_prediction
 
 
 def add_parser(commands) -> None:
@@ -141,8 +140,6 @@ def command(args) -> int:
     settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
                              grid_budgets=budgets, grid_limit=args.grid_limit,
                              grid_min_speedup=args.grid_min_speedup, assistant=assistant)
-    if not args.force:
-        check_prediction(plan, profile)  # a hand-edited shape does not run under the old prediction
     runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args))
     for prompt in prompts:  # every prompt fits the context before the long run starts
         runner.check_prompt(prompt, args.max_new_tokens)

@@ -24,6 +24,7 @@ from specplan.runtime.lossless import NEAR_TIE, divergence_gap, first_divergence
 from specplan.models.load import LoadedModel, quiet_transformers
 from specplan.quant.load import load_model_variant
 from specplan.core.runtime_modes import EAGER, RuntimeMode
+from specplan.planner.recheck import check_prediction
 from specplan.runtime.device import describe_device
 
 
@@ -118,6 +119,8 @@ class PlanRunner:
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
         target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_contract(plan, profile, profile_path, describe_device(device), target.fingerprint, force)
+        if not force:
+            check_prediction(plan, profile)  # a hand-edited shape does not run under the old prediction
         if profile.target.mode != runtime.profile_label:
             warnings.warn(f"the profile measured the {profile.target.mode} runtime but this run uses "
                           f"{runtime.profile_label} (--runtime / SPECPLAN_RUNTIME): the plan's predictions assume "

@@ -33,7 +33,6 @@ from specplan.core.runtime_modes import RuntimeMode
 from specplan.core.yamlio import file_sha256
 from specplan.planner import PlanOptions, PlanResult, solve_plan
 from specplan.planner.options import RUNTIME_MAX_STAGES, runtime_options
-from specplan.planner.recheck import check_prediction
 from specplan.planner.solve import plan_for_candidate
 
 if TYPE_CHECKING:
@@ -98,8 +97,6 @@ class Runner:
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False) -> "Runner":
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
-        if not force:
-            check_prediction(loaded_plan, profile)  # a hand-edited shape does not run under the old prediction
         mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
         quiet_import_noise()
         from specplan.runtime.runner import PlanRunner

@@ -148,8 +148,9 @@ def test_cli_profiles_a_head_and_runs_a_head_plan_losslessly(head_dir, tiny_mode
     for shape in (StageShape("tree", budget=6, depth=3, dynamic=True), StageShape("sequence", gamma=3)):
         save_plan(dataclasses.replace(plan, stages=(Stage("head-head", "target", shape),)), tmp_path / "head.yaml")
         capsys.readouterr()
+        # a hand-edited plan (its prediction is the solver's): --force runs it (planner/recheck.py)
         assert main(["run", str(tmp_path / "head.yaml"), "--prompt", "Hello there, hello there", "--max-new-tokens", "12",
-                     "--json", "--compare-plain"]) == 0
+                     "--json", "--compare-plain", "--force"]) == 0
         record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert record["identical_to_plain"] is True and record["stages"][0]["drafter"] == "head-head"
 
