@@ -21,9 +21,9 @@ from specplan.core.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, Mo
                               save_profile)
 from specplan.core.yamlio import file_sha256
 
-pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")  # pairs the profiles omit
+from tests.engine_records import RECORDS, load_record, transformers_names, unknown_names
 
-from engine_records import RECORDS, load_record, names_used, transformers_names, unknown_names
+pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")  # pairs the profiles omit
 
 
 def flat(base: float, slope: float = 0.0) -> LatencyCurve:
