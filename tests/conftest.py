@@ -33,3 +33,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def stored(tmp_path, monkeypatch):
+    """A copy of profiles/cpu/ (profile.yaml, plan.yaml) as the working folder."""
+    import shutil
+    from pathlib import Path
+
+    for name in ("profile.yaml", "plan.yaml"):
+        shutil.copy(Path(__file__).resolve().parents[1] / "profiles" / "cpu" / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -4,7 +4,6 @@ messages that name the real mistake. Each case: one stderr line and exit code 2,
 from __future__ import annotations
 
 import copy
-import shutil
 import time
 from pathlib import Path
 
@@ -18,14 +17,6 @@ from specplan.core.yamlio import read_document
 from tests.test_cli_errors import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def stored(tmp_path, monkeypatch):
-    for name in ("profile.yaml", "plan.yaml"):
-        shutil.copy(ROOT / "profiles" / "cpu" / name, tmp_path / name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def edit(path: Path, change) -> None:

@@ -22,15 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def stored(tmp_path, monkeypatch):
-    """A copy of profiles/cpu/ (profile.yaml, plan.yaml) as the working folder."""
-    for name in ("profile.yaml", "plan.yaml"):
-        shutil.copy(ROOT / "profiles" / "cpu" / name, tmp_path / name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
 def no_measuring(monkeypatch):
     """Fail the test if `profile` gets as far as loading a model: outputs must be refused first."""
     import specplan.models.load as load
