@@ -14,7 +14,8 @@ import warnings
 # transformers imports whenever it is installed, a 4-bit model or not), torch's pytree registry
 # (called by torchao), bitsandbytes' optional kernels, transformers itself.
 IMPORT_NOISE = ("torchao", "torch.utils._pytree", "bitsandbytes")
-LIBRARY_LOGGERS = (*IMPORT_NOISE, "transformers", "gptqmodel", "optimum", "accelerate", "huggingface_hub")
+LIBRARY_LOGGERS = (*IMPORT_NOISE, "transformers", "gptqmodel", "logbar", "optimum", "accelerate", "huggingface_hub")
+_QUIET = {"on": False}  # whether quiet_libraries(verbose=False) ran in this process
 
 
 def quiet_import_noise() -> None:
@@ -32,8 +33,17 @@ def quiet_libraries(verbose: bool) -> None:
     # huggingface_hub sets its own level on import from this variable (its "Retrying in 8s" lines
     # for an unreachable hub id: 26 lines before the one-line error).
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    _QUIET["on"] = True
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     for module in ("torch", "torchao", "transformers", "bitsandbytes", "gptqmodel", "optimum", "accelerate", "tqdm"):
         warnings.filterwarnings("ignore", module=module)
 
+
+def quiet_again() -> None:
+    """After importing a library that resets its logger at import (GPTQModel's ``logbar``, whose
+    INFO lines otherwise run through ``quantize`` and ``bench``): the quiet levels again, if the
+    process asked for quiet."""
+    if _QUIET["on"]:
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)

@@ -7,6 +7,7 @@ import os
 from types import ModuleType
 
 from specplan.core.errors import BackendMissingError
+from specplan.core.quiet import quiet_again
 from specplan.quant.methods import QuantMethod
 
 # What a method needs beyond its own package (transformers reads GPTQ checkpoints through optimum).
@@ -32,4 +33,5 @@ def require_backend(method: QuantMethod) -> ModuleType:
                 f"{method.name} quantization needs the {name} package ({reason}); "
                 f"install it with `pip install 'specplan[{method.extra}]'`"
             ) from None
+    quiet_again()  # GPTQModel's logger resets its level when imported
     return modules[0]
