@@ -125,6 +125,9 @@ def gguf_file(source: str) -> Path | None:
 
 def resolve_model_dir(source: str) -> str:
     """Map MODEL to a directory (or hub id) that ``from_pretrained`` can read."""
+    if source.startswith("arch:"):
+        raise ModelError(f"{source} is a latency-only shape (random weights): its plan can be inspected, exported "
+                         "or re-planned, not run; profile the real model to run it")
     gguf = gguf_file(source)
     if gguf is not None:
         return str(convert_gguf(gguf))

@@ -110,3 +110,10 @@ def test_drafter_shapes_must_match_the_borrowed_profile(tmp_path, capsys):
     code, err = run_cli(["profile", "--latency-only", "--arch", str(write_config(tmp_path)), "--acceptance-from",
                          str(measured), "-o", str(tmp_path / "p.yaml")], capsys)
     assert_one_line_error(code, err, "give one --arch per drafter")
+
+
+def test_a_latency_only_plan_cannot_run(tmp_path, capsys):
+    from specplan.models.load import resolve_model_dir
+
+    with pytest.raises(ModelError, match="latency-only shape"):
+        resolve_model_dir("arch:llama-3-8b")
