@@ -24,27 +24,26 @@ class AliasError(yaml.MarkedYAMLError):
     """A document uses a YAML alias (``*name``); specplan's files never do."""
 
 
-class NoAliasLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses aliases, so that no document expands beyond its size."""
-
-    def compose_node(self, parent, index):  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+def refuse_aliases(text: str) -> None:
+    """Raise :class:`AliasError` at the first alias (``*name``) of ``text``: the parse events
+    alone (no object is built), so a billion-laughs document is refused before it expands."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
             raise AliasError(None, None, f"alias *{event.anchor} is not allowed", event.start_mark)
-        return super().compose_node(parent, index)
 
 
 class NoAliasDumper(yaml.SafeDumper):
     """``yaml.SafeDumper`` that writes a value shared by two keys out twice, never as an alias,
-    so that every file specplan writes is one :class:`NoAliasLoader` reads."""
+    so that every file specplan writes is one :func:`safe_load_text` reads."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
 def safe_load_text(text: str) -> Any:
-    """``yaml.safe_load`` without aliases (:class:`NoAliasLoader`)."""
-    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    """``yaml.safe_load`` of a document without aliases (:func:`refuse_aliases` first)."""
+    refuse_aliases(text)
+    return yaml.safe_load(text)
 
 
 def read_text_bounded(path: Path, kind: str, error: type[SpecplanError]) -> str:
