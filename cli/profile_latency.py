@@ -33,7 +33,7 @@ def latency_only_command(args) -> int:
     borrowed = load_profile(args.acceptance_from) if args.acceptance_from else None
     if borrowed is None and not args.no_plan:
         print("specplan: no --acceptance-from, so no plan is solved (latency curves only)")
-        args = replace_namespace(args, no_plan=True)
+        args.no_plan = True
     plan_path = check_outputs(args)
 
     from specplan.models.load import quiet_transformers
@@ -53,9 +53,3 @@ def latency_only_command(args) -> int:
         solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
     return 0
 
-
-def replace_namespace(args, **changes):
-    """A copy of the argparse namespace with ``changes``."""
-    values = dict(vars(args))
-    values.update(changes)
-    return type(args)(**values)

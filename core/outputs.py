@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+import yaml
+
 from specplan.core.errors import OutputError, SpecplanError
 from specplan.core.yamlio import document_kind, read_text_bounded, safe_load_text
 
@@ -38,7 +40,7 @@ def stored_kind(path: Path) -> str | None:
         return None
     try:
         return document_kind(safe_load_text(read_text_bounded(path, "specplan", SpecplanError)))
-    except Exception:  # unreadable or not YAML: not one of ours
+    except (SpecplanError, OSError, yaml.YAMLError, RecursionError):  # unreadable or not YAML: not one of ours
         return "other"
 
 

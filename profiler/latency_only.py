@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import gc
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 import transformers
@@ -88,7 +89,7 @@ def run_latency_only(specs: list[ArchSpec], device: torch.device, settings: Late
         models.append(ModelEntry(id=model_id, source=f"arch:{spec.name}", fingerprint=spec.fingerprint,
                                  dtype=settings.dtype, role="target" if model_id == "target" else "drafter",
                                  latency=(curve,), mode=settings.runtime.profile_label,
-                                 shape=shape_from_config(_Fields(spec.config))))
+                                 shape=shape_from_config(SimpleNamespace(**spec.config))))
     acceptance, retrieval = (), ()
     if borrowed is not None:
         acceptance, retrieval = borrowed.acceptance, borrowed.retrieval
@@ -106,9 +107,3 @@ def run_latency_only(specs: list[ArchSpec], device: torch.device, settings: Late
                      **({"prompts": borrowed.calibration.get("prompts", "")} if borrowed is not None else {})},
     )
 
-
-class _Fields:
-    """Config fields read by attribute (what :func:`shape_from_config` expects)."""
-
-    def __init__(self, fields: dict):
-        self.__dict__.update(fields)

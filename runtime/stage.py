@@ -92,7 +92,6 @@ class StageRunner:
         self.tree = tree if drafter is not None else None
         self.names = names
         self.pending: list[int] = []  # catch-up tokens folded into the next verify forward
-        self.folded = 0  # how many of them led the last verify forward
         if drafter is not None:  # a draft head reads the verifier's hidden states
             drafter.attach_verifier(verifier)
 
@@ -136,20 +135,19 @@ class StageRunner:
             return
         self.observe(missing, self.verifier.extend(missing))
 
-    def _verify_forward(self, tokens: list[int], tree: DraftTree | None) -> torch.Tensor:
+    def _verify_forward(self, tokens: list[int], tree: DraftTree | None) -> tuple[torch.Tensor, int]:
         """The verifier's forward over the folded catch-up tokens (if any) then ``tokens`` (a
-        chain, or ``tree``'s nodes); logits [len(tokens), vocab]. :meth:`_keep` follows it."""
+        chain, or ``tree``'s nodes): logits [len(tokens), vocab] and how many tokens were folded
+        in front (:meth:`_keep` takes it)."""
         prefix, self.pending = self.pending, []
         shape = tree.after_chain(prefix) if tree is not None and prefix else tree
         logits = self.verifier.extend([*prefix, *tokens], tree=shape)  # [len(prefix) + n, vocab]
         self.observe([*prefix, *tokens], logits)
-        self.folded = len(prefix)
-        return logits[len(prefix):]
+        return logits[len(prefix):], len(prefix)
 
-    def _keep(self, past: int, nodes) -> None:
-        """Keep the folded tokens and the tree's ``nodes`` of the last verify forward."""
-        folded = self.folded
-        self.verifier.keep(past, [*range(folded), *(folded + node for node in nodes)])
+    def _keep(self, past: int, folded: int, nodes) -> None:
+        """Keep the ``folded`` catch-up tokens and the tree's ``nodes`` of the last verify forward."""
+        self.verifier.keep(past, [*range(folded), *(folded + node for node in nodes)] if folded else nodes)
 
     def play(self, committed: list[int], remaining: int, sampling: SamplingConfig, generator: torch.Generator,
              want_probs: bool = False) -> RoundResult:
@@ -171,9 +169,9 @@ class StageRunner:
             tree = self.drafter.propose_tree(committed, shape, sampling, generator)
         verify_start = now(self.verifier.device)
         past = len(self.verifier.cached)
-        logits = self._verify_forward(list(tree.token_list), tree if tree.num_nodes > 1 else None)  # [nodes, vocab]
-        result, probs = _verify(tree, logits, sampling, generator)
-        self._keep(past, result.kept_nodes)
+        logits, folded = self._verify_forward(list(tree.token_list), tree if tree.num_nodes > 1 else None)
+        result, probs = _verify(tree, logits, sampling, generator)  # logits [nodes, vocab]
+        self._keep(past, folded, result.kept_nodes)
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
         return RoundResult(result.committed_tokens(tree), verify_start - draft_start,
                            now(self.verifier.device) - verify_start, rows)
@@ -187,9 +185,9 @@ class StageRunner:
         verify_start = now(self.verifier.device)
         past = len(self.verifier.cached)
         tokens = [committed[-1], *proposal.tokens]
-        logits = self._verify_forward(tokens, None)  # [1 + gamma, vocab]
+        logits, folded = self._verify_forward(tokens, None)  # logits [1 + gamma, vocab]
         result, probs = _verify(_chain_tree(tokens, proposal, logits.shape[-1]), logits, sampling, generator)
-        self._keep(past, result.kept_nodes)
+        self._keep(past, folded, result.kept_nodes)
         chunk = [tokens[node] for node in result.accepted_nodes] + [result.next_token]
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
         return RoundResult(chunk, verify_start - draft_start, now(self.verifier.device) - verify_start, rows)
