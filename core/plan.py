@@ -8,13 +8,14 @@ plain decoding of the target.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specplan.core.errors import PlanError, TreeError
 from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
 from specplan.core.parents import check_parents
+from specplan.core.plan_adaptive import AdaptiveSettings, adaptive_from_dict, adaptive_to_dict
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
 SHAPE_KINDS = ("sequence", "tree")
@@ -106,6 +107,7 @@ class Plan:
     alternatives: tuple[Alternative, ...] = ()
     solver: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    adaptive: AdaptiveSettings | None = None  # closed-loop candidates (core/plan_adaptive.py); None: static
 
     def summary(self) -> str:
         if not self.stages:
@@ -173,8 +175,8 @@ def _stages(raw: Any) -> tuple[Stage, ...]:
                  for index, s in enumerate(rows))
 
 
-def _check_chain(plan: Plan) -> None:
-    stages = plan.stages
+def _check_chain(plan: Plan, stages: tuple[Stage, ...] | None = None) -> None:
+    stages = plan.stages if stages is None else stages
     for lower, upper in zip(stages, stages[1:]):
         if lower.verifier != upper.drafter:
             raise PlanError(
@@ -207,24 +209,32 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
             ),
             solver=dict(document.get("solver") or {}),
         )
+        plan = replace(plan, adaptive=adaptive_from_dict(document.get("adaptive"), _stages))
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PlanError(f"plan is missing or has a malformed field ({exc}); regenerate it with `specplan plan`") from None
     _check_chain(plan)
+    for candidate in plan.adaptive.candidates if plan.adaptive else ():
+        _check_chain(plan, candidate.stages)
     return plan
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
+def _stage_dicts(stages_in: tuple[Stage, ...]) -> list[dict[str, Any]]:
     stages = []
-    for stage in plan.stages:
+    for stage in stages_in:
         shape = {k: v for k, v in asdict(stage.shape).items() if v not in (0, False, (), "")}
         shape["kind"] = stage.shape.kind
         if stage.shape.parents:
             shape["parents"] = list(stage.shape.parents)
         shape = {"kind": shape.pop("kind"), **shape}
         stages.append({"drafter": stage.drafter, "verifier": stage.verifier, "shape": shape})
-    return {
+    return stages
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    stages = _stage_dicts(plan.stages)
+    document = {
         "schema_version": plan.schema_version,
         "profile": {"path": plan.profile_path, "sha256": plan.profile_sha256},
         "device": dict(plan.device),
@@ -235,6 +245,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "alternatives": [{"summary": a.summary, "ms_per_token": round(a.ms_per_token, 4)} for a in plan.alternatives],
         "solver": dict(plan.solver),
     }
+    if plan.adaptive is not None:
+        document["adaptive"] = adaptive_to_dict(plan.adaptive, _stage_dicts)
+    return document
 
 
 def load_plan(path: str | Path) -> Plan:
