@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
 from specplan.cli.options import add_runtime_option, resolve_dtype, runtime_of
 from specplan.cli.plan import solve_and_write
 from specplan.core.drafter_spec import parse_drafter_spec
@@ -44,6 +45,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--acceptance-from", default=None, metavar="PROFILE",
                         help="with --latency-only: copy acceptance from this measured profile (its target and "
                              "model drafters stand for the --arch shapes, in order); without it no plan is solved")
+    add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
+                                   "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "
+                                   "`specplan plan` then writes a schedule per batch size")
     add_runtime_option(parser)
     parser.set_defaults(handler="profile")
 
@@ -79,6 +83,7 @@ def command(args) -> int:
         from specplan.cli.profile_latency import latency_only_command
 
         return latency_only_command(args)
+    batch_sizes = parse_batch_sizes(args.batch_sizes) or (1,)
     plan_path = check_outputs(args)
     specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
     ids = [spec.id for spec in specs]
@@ -101,7 +106,7 @@ def command(args) -> int:
     quiet_transformers()
     device = pick_device(args.device)
     settings = ProfileSettings.quick() if args.quick else ProfileSettings()
-    settings = replace(settings, runtime=runtime_of(args))
+    settings = replace(settings, runtime=runtime_of(args), batch_sizes=batch_sizes)
     if args.prompts:
         settings = replace(settings, prompts_label=str(args.prompts))
     elif args.workload != "spec-bench":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specplan.cli.batch_option import parse_batch_sizes
 from specplan.cli.options import resolve_dtype, runtime_of
 from specplan.cli.plan import solve_and_write
 from specplan.core.errors import SpecplanError
@@ -45,7 +46,8 @@ def latency_only_command(args) -> int:
     device = pick_device(args.device)
     dtype = resolve_dtype(args.dtype)
     settings = LatencyOnlySettings(dtype=dtype, runtime=runtime_of(args),
-                                   repeats=ProfileSettings.quick().repeats if args.quick else ProfileSettings().repeats)
+                                   repeats=ProfileSettings.quick().repeats if args.quick else ProfileSettings().repeats,
+                                   batch_sizes=parse_batch_sizes(getattr(args, "batch_sizes", None)) or (1,))
     profile = run_latency_only(specs, device, settings, borrowed, str(args.acceptance_from or ""))
     save_profile(profile, args.output)
     print(f"specplan: wrote {args.output}")

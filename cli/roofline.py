@@ -40,7 +40,7 @@ def command(args) -> int:
     fitted_calibration = fit_calibration(profile, device, label=str(args.profile)) if args.fit else None
     fitted = compare_roofline(profile, device, fitted_calibration) if args.fit else None
     columns = [("floor", floor), ("roofline", assumed)] + ([("fitted", fitted)] if fitted else [])
-    header = f"{'model':<16} {'quant':<12} {'ctx':>5} {'n':>4} {'measured':>9}" + "".join(
+    header = f"{'model':<16} {'quant':<12} {'ctx':>5} {'b':>3} {'n':>4} {'measured':>9}" + "".join(
         f" {name:>9} {'error':>8}" for name, _ in columns)
     print(f"roofline of {device.sku} ({device.name}) vs {args.profile} (measured on {profile.device.sku}); "
           "ms per forward; error = (model - measured) / measured")
@@ -49,7 +49,8 @@ def command(args) -> int:
     print(header)
     quant = {m.id: (m.quant if m.quant != "none" else m.dtype) for m in profile.models}
     for index, point in enumerate(assumed):
-        line = f"{point.model:<16} {quant[point.model]:<12} {point.context:>5} {point.n:>4} {point.measured_ms:>9.2f}"
+        line = (f"{point.model:<16} {quant[point.model]:<12} {point.context:>5} {point.batch:>3} {point.n:>4} "
+                f"{point.measured_ms:>9.2f}")
         for _, points in columns:
             line += f" {points[index].roofline_ms:>9.2f} {points[index].error:>+8.1%}"
         print(line)

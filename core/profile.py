@@ -16,6 +16,11 @@ from specplan.core.errors import ProfileError
 from specplan.core.limits import check_count
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
+# profile.yaml versions: 1 (T(n) at batch 1) and 2 (latency curves may carry `batch`, T(n, b)).
+# A profile is written with the lowest version that holds it, so a batch-1 profile stays version 1.
+PROFILE_VERSIONS = (1, 2)
+BATCHED_VERSION = 2
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -27,12 +32,14 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class LatencyCurve:
-    """ms for one forward of n new tokens over ``context`` cached tokens."""
+    """ms for one forward of ``batch`` sequences x n new tokens each, over ``context`` cached
+    tokens per sequence (T(n, b), docs/planner-math.md section 11; batch 1 = T(n))."""
 
     context: int
     n: tuple[int, ...]
     ms: tuple[float, ...]
     source: str = "measured"
+    batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -168,7 +175,28 @@ def _curve(raw: dict[str, Any], where: str) -> LatencyCurve:
         raise ProfileError(f"{where}: n and ms must be non-empty lists of equal length")
     if any(v <= 0 for v in ms) or list(n) != sorted(set(n)):
         raise ProfileError(f"{where}: ms must be positive and n strictly increasing")
-    return LatencyCurve(_count(raw.get("context", 0), f"{where}.context"), n, ms, str(raw.get("source", "measured")))
+    return LatencyCurve(_count(raw.get("context", 0), f"{where}.context"), n, ms, str(raw.get("source", "measured")),
+                        _count(raw.get("batch", 1), f"{where}.batch", 1))
+
+
+def _curves(raw: Any, where: str, version: int) -> tuple[LatencyCurve, ...]:
+    """A model's curves, batch 1 first (readers that take ``latency[0]`` get a batch-1 curve)."""
+    curves = tuple(_curve(c, where) for c in raw or ())
+    if version != BATCHED_VERSION and any(curve.batch != 1 for curve in curves):
+        raise ProfileError(f"{where}: a curve with `batch` needs schema_version {BATCHED_VERSION}; "
+                           "regenerate it with `specplan profile`")
+    return tuple(sorted(curves, key=lambda curve: curve.batch))
+
+
+def batch_sizes(profile: "Profile") -> tuple[int, ...]:
+    """Every batch size the target has a latency curve for, ascending (``(1,)`` for a version-1 profile)."""
+    return tuple(sorted({curve.batch for curve in profile.target.latency}))
+
+
+def schema_version_of(profile: "Profile") -> int:
+    """The lowest profile.yaml version that holds ``profile``: 2 if some curve has batch > 1, else 1."""
+    batched = any(curve.batch != 1 for model in profile.models for curve in model.latency)
+    return BATCHED_VERSION if batched else 1
 
 
 def _shape(raw: dict[str, Any] | None, where: str) -> ModelShape | None:
@@ -269,6 +297,7 @@ def _check_unique(models: tuple[ModelEntry, ...], retrieval: tuple[RetrievalEntr
 
 def profile_from_dict(document: dict[str, Any]) -> Profile:
     """Build a :class:`Profile` from a parsed YAML mapping; raise ProfileError naming the bad field."""
+    version = document.get("schema_version", 1)
     try:
         device = _device(document["device"])
         models = tuple(
@@ -279,7 +308,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
                 quant=str(m.get("quant", "none")),
                 dtype=str(m.get("dtype", "float32")),
                 role=str(m.get("role", "drafter")),
-                latency=tuple(_curve(c, f"models[{m['id']}].latency") for c in m.get("latency") or ()),
+                latency=_curves(m.get("latency"), f"models[{m['id']}].latency", version),
                 base=m.get("base"),
                 mode=str(m.get("mode", "eager")),
                 shape=_shape(m.get("shape"), f"models[{m['id']}]"),
@@ -314,10 +343,13 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
 def profile_to_dict(profile: Profile) -> dict[str, Any]:
     """The YAML mapping of a profile, ``schema_version`` first."""
     document = asdict(profile)
-    document = {"schema_version": document.pop("schema_version"), **document}
+    document.pop("schema_version")
+    document = {"schema_version": schema_version_of(profile), **document}
     for model in document["models"]:
         for curve in model["latency"]:
             curve["n"], curve["ms"] = list(curve["n"]), [round(v, 4) for v in curve["ms"]]
+            if curve["batch"] == 1:
+                del curve["batch"]  # batch 1 is the default: a batch-1 profile reads as version 1 did
         model["latency"] = list(model["latency"])
         if model.get("shape") is None:
             model.pop("shape", None)
@@ -333,7 +365,7 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile; every error names the file."""
-    document = read_document(path, "profile", ProfileError)
+    document = read_document(path, "profile", ProfileError, PROFILE_VERSIONS)
     try:
         return profile_from_dict(document)
     except ProfileError as error:

@@ -84,8 +84,10 @@ def document_kind(document: Any) -> str:
     return "other"
 
 
-def read_document(path: str | Path, kind: str, error: type[SpecplanError]) -> dict[str, Any]:
-    """Read a YAML mapping with ``schema_version: 1``; raise ``error`` with a one-line fix otherwise."""
+def read_document(path: str | Path, kind: str, error: type[SpecplanError],
+                  versions: tuple[int, ...] = (SCHEMA_VERSION,)) -> dict[str, Any]:
+    """Read a YAML mapping whose ``schema_version`` is one of ``versions`` (default: 1); raise
+    ``error`` with a one-line fix otherwise."""
     path = Path(path)
     if not path.is_file():
         raise error(f"{kind} file {path} does not exist; pass the path of a {kind}.yaml")
@@ -98,9 +100,10 @@ def read_document(path: str | Path, kind: str, error: type[SpecplanError]) -> di
                 else "solve a plan from it first with `specplan plan`")
         raise error(f"{path} is a {found}, not a {kind}; {hint}")
     version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in versions:
+        readable = " or ".join(str(v) for v in versions)
         raise error(
-            f"{path} has schema_version {version!r}, this specplan reads {SCHEMA_VERSION}; "
+            f"{path} has schema_version {version!r}, this specplan reads {readable}; "
             f"regenerate it with `specplan {kind}`"
         )
     return document

@@ -29,13 +29,14 @@ from .sku import model_shape
 
 @dataclass(frozen=True)
 class RooflinePoint:
-    """One profiled point: model, context, n, measured and modelled ms."""
+    """One profiled point: model, context, n, measured and modelled ms (and the batch, T(n, b))."""
 
     model: str
     context: int
     n: int
     measured_ms: float
     roofline_ms: float
+    batch: int = 1
 
     @property
     def error(self) -> float:
@@ -43,8 +44,8 @@ class RooflinePoint:
         return (self.roofline_ms - self.measured_ms) / self.measured_ms
 
 
-def _measured_points(profile: Profile) -> list[tuple[str, object, object, int, int, float]]:
-    """(model id, shape, precision, context, n, ms) for every measured curve point."""
+def _measured_points(profile: Profile) -> list[tuple[str, object, object, int, int, float, int]]:
+    """(model id, shape, precision, context, n, ms, batch) for every measured curve point."""
     points = []
     for model in profile.models:
         shape = model_shape(profile, model)
@@ -56,15 +57,16 @@ def _measured_points(profile: Profile) -> list[tuple[str, object, object, int, i
             if curve.source != "measured":
                 continue
             for n, ms in zip(curve.n, curve.ms):
-                points.append((model.id, shape, precision, curve.context, n, ms))
+                points.append((model.id, shape, precision, curve.context, n, ms, curve.batch))
     return points
 
 
 def compare_roofline(profile: Profile, device: DeviceRoof,
                      calibration: Calibration | None = None) -> list[RooflinePoint]:
     """Measured vs roofline T(n) at every measured point of ``profile`` on ``device``."""
-    return [RooflinePoint(model_id, context, n, ms, roofline_ms(shape, precision, n, context, device, calibration))
-            for model_id, shape, precision, context, n, ms in _measured_points(profile)]
+    return [RooflinePoint(model_id, context, n, ms, roofline_ms(shape, precision, n, context, device, calibration, batch),
+                          batch)
+            for model_id, shape, precision, context, n, ms, batch in _measured_points(profile)]
 
 
 def fit_calibration(profile: Profile, device: DeviceRoof, label: str = "") -> Calibration:
@@ -95,8 +97,8 @@ def fit_calibration(profile: Profile, device: DeviceRoof, label: str = "") -> Ca
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         calibration = calibration_of(theta)
-        return np.array([math.log(roofline_ms(shape, precision, n, context, device, calibration) / ms)
-                         for _, shape, precision, context, n, ms in points])
+        return np.array([math.log(roofline_ms(shape, precision, n, context, device, calibration, batch) / ms)
+                         for _, shape, precision, context, n, ms, batch in points])
 
     start = np.array([0.5, 0.5, device.overhead_per_forward_us / 1e3, device.overhead_per_layer_us / 1e3])
     result = least_squares(residuals, start, bounds=([1e-3, 1e-3, 0.0, 0.0], [1.0, 1.0, 1e3, 1e2]),
@@ -111,12 +113,12 @@ def transfer(calibration: Calibration) -> Calibration:
 
 def error_table(points: list[RooflinePoint], fitted: list[RooflinePoint] | None = None) -> str:
     """A text table: model, context, n, measured ms, roofline ms, error (and fitted columns)."""
-    header = f"{'model':<16} {'ctx':>5} {'n':>4} {'measured':>10} {'roofline':>10} {'error':>8}"
+    header = f"{'model':<16} {'ctx':>5} {'b':>3} {'n':>4} {'measured':>10} {'roofline':>10} {'error':>8}"
     if fitted is not None:
         header += f" {'fitted':>10} {'error':>8}"
     lines = [header]
     for index, point in enumerate(points):
-        line = (f"{point.model:<16} {point.context:>5} {point.n:>4} {point.measured_ms:>10.2f} "
+        line = (f"{point.model:<16} {point.context:>5} {point.batch:>3} {point.n:>4} {point.measured_ms:>10.2f} "
                 f"{point.roofline_ms:>10.2f} {point.error:>+8.1%}")
         if fitted is not None:
             line += f" {fitted[index].roofline_ms:>10.2f} {fitted[index].error:>+8.1%}"

@@ -79,16 +79,22 @@ def interpolate(curve: LatencyCurve, n: int) -> LatencyPoint:
     return LatencyPoint(float(times[index - 1] + share * (times[index] - times[index - 1])))
 
 
-def nearest_curve(model: ModelEntry, context: int | None) -> LatencyCurve | None:
-    """The model's curve whose ``context`` is nearest ``context`` (the first curve if None).
+def nearest_curve(model: ModelEntry, context: int | None, batch: int | None = None) -> LatencyCurve | None:
+    """The model's curve whose ``context`` is nearest ``context`` (the first curve if None),
+    among its curves at ``batch`` sequences (None: its smallest batch, 1 in a measured profile;
+    a batch view, :mod:`.batch`, holds one batch size only).
 
-    Returns None when the model has no latency curve (the solver then skips it).
+    Returns None when the model has no latency curve at that batch (the solver then skips it).
     """
     if not model.latency:
         return None
+    batch = min(curve.batch for curve in model.latency) if batch is None else batch
+    curves = [curve for curve in model.latency if curve.batch == batch]
+    if not curves:
+        return None
     if context is None:
-        return model.latency[0]
-    return min(model.latency, key=lambda curve: (abs(curve.context - context), curve.context))
+        return curves[0]
+    return min(curves, key=lambda curve: (abs(curve.context - context), curve.context))
 
 
 @dataclass(frozen=True)

@@ -184,29 +184,40 @@ def matmul_weights(shape: ModelShape) -> int:
 
 
 def forward_cost(shape: ModelShape, precision: Precision, n: int, context: int, device: DeviceRoof,
-                 calibration: Calibration | None = None) -> ForwardCost:
-    """Bytes, operations and times of one forward of ``n`` new tokens over ``context`` cached ones.
+                 calibration: Calibration | None = None, batch: int = 1) -> ForwardCost:
+    """Bytes, operations and times of one forward of ``batch`` sequences x ``n`` new tokens,
+    each sequence over ``context`` cached ones (docs/planner-math.md sections 7.2 and 11.1).
 
-    Bytes: the weights once (``weight_bits``; the embedding rows read are negligible), the
-    KV cache read (context) and written (n), activations in and out of every matmul, and the
-    logits (n x vocab, float32). Flops: 2 per weight per token, plus attention QK^T and AV
-    (4 * n * (context + n) * heads * head_dim per layer). Dequantisation: ``dequant_ops`` per
-    quantised weight (the LM head stays 16-bit) per ``ceil(n / dequant_tile)``.
+    Bytes: the weights once per forward whatever the batch (``weight_bits``; the embedding
+    rows read are negligible), each sequence's KV cache read (context) and written (n),
+    activations in and out of every matmul for ``batch * n`` rows, and the logits (``batch * n``
+    x vocab, float32). Flops: 2 per weight per token row, plus each sequence's attention QK^T
+    and AV (4 * n * (context + n) * heads * head_dim per layer). Dequantisation: ``dequant_ops``
+    per quantised weight (the LM head stays 16-bit) per ``ceil(batch * n / dequant_tile)``.
+
+    >>> smol, h100 = ModelShape(30, 576, 9, 3, 64, 49152, 1536), DeviceRoof("h", "h", "cuda", 3350.0, {"bf16": 989.4}, 66.9)
+    >>> one = forward_cost(smol, PRECISIONS["bfloat16"], 4, 256, h100)
+    >>> eight = forward_cost(smol, PRECISIONS["bfloat16"], 4, 256, h100, batch=8)
+    >>> round(eight.flops / one.flops, 6), eight.bytes < 8 * one.bytes
+    (8.0, True)
     """
-    if n < 1 or context < 0:
-        raise ValueError(f"a forward needs n >= 1 and context >= 0, got n={n}, context={context}")
+    if n < 1 or context < 0 or batch < 1:
+        raise ValueError(f"a forward needs n >= 1, context >= 0 and batch >= 1, got n={n}, context={context}, "
+                         f"batch={batch}")
     calibration = calibration or Calibration()
     act = precision.activation_bytes
+    rows = batch * n  # token rows through every matmul
     kv_width = 2 * shape.kv_heads * shape.head_dim  # K and V per token per layer
     head = shape.vocab * shape.hidden
     body = matmul_weights(shape) - head
     weight_bytes = body * precision.weight_bits / 8 + head * (16 if precision.quantized else precision.weight_bits) / 8
-    kv_bytes = shape.layers * kv_width * (context + n) * act
+    kv_bytes = batch * shape.layers * kv_width * (context + n) * act
     per_layer_activations = 2 * shape.hidden * 4 + shape.heads * shape.head_dim * 2 + 3 * shape.intermediate
-    activation_bytes = n * shape.layers * per_layer_activations * act + n * shape.vocab * LOGIT_BYTES
+    activation_bytes = rows * shape.layers * per_layer_activations * act + rows * shape.vocab * LOGIT_BYTES
     total_bytes = weight_bytes + kv_bytes + activation_bytes
-    flops = 2.0 * n * matmul_weights(shape) + 4.0 * n * (context + n) * shape.heads * shape.head_dim * shape.layers
-    tiles = math.ceil(n / max(1, device.dequant_tile))
+    attention = 4.0 * n * (context + n) * shape.heads * shape.head_dim * shape.layers
+    flops = 2.0 * rows * matmul_weights(shape) + batch * attention
+    tiles = math.ceil(rows / max(1, device.dequant_tile))
     dequant = body * precision.dequant_ops * tiles if precision.quantized else 0.0
     memory_ms = total_bytes / (calibration.bandwidth_efficiency * device.bandwidth_gbs * 1e9) * 1e3
     matmul_rate = device.matmul_tflops(precision.matmul) * 1e12 * calibration.compute_efficiency
@@ -221,17 +232,33 @@ def forward_cost(shape: ModelShape, precision: Precision, n: int, context: int, 
 
 
 def roofline_ms(shape: ModelShape, precision: Precision, n: int, context: int, device: DeviceRoof,
-                calibration: Calibration | None = None) -> float:
-    """T(n) in ms (see :func:`forward_cost`)."""
-    return forward_cost(shape, precision, n, context, device, calibration).ms
+                calibration: Calibration | None = None, batch: int = 1) -> float:
+    """T(n, batch) in ms (see :func:`forward_cost`)."""
+    return forward_cost(shape, precision, n, context, device, calibration, batch).ms
 
 
 def roofline_curve(shape: ModelShape, precision: Precision, context: int, device: DeviceRoof,
                    calibration: Calibration | None = None,
-                   widths: tuple[int, ...] = ROOFLINE_WIDTHS) -> LatencyCurve:
-    """A :class:`~specplan.core.profile.LatencyCurve` of T(n) at ``widths``, marked ``source: roofline``."""
-    ms = tuple(roofline_ms(shape, precision, n, context, device, calibration) for n in widths)
-    return LatencyCurve(context, tuple(widths), ms, "roofline")
+                   widths: tuple[int, ...] = ROOFLINE_WIDTHS, batch: int = 1) -> LatencyCurve:
+    """A :class:`~specplan.core.profile.LatencyCurve` of T(n, batch) at ``widths``, marked ``source: roofline``."""
+    ms = tuple(roofline_ms(shape, precision, n, context, device, calibration, batch) for n in widths)
+    return LatencyCurve(context, tuple(widths), ms, "roofline", batch)
+
+
+def largest_batch(shape: ModelShape, precision: Precision, context: int, device: DeviceRoof, width: int) -> int:
+    """The most sequences whose weights and KV cache (``context + width`` positions each) fit in the
+    SKU's ``memory_gb`` (0 when the weights alone do not; a large number when memory is not given).
+
+    >>> smol = ModelShape(30, 576, 9, 3, 64, 49152, 1536)
+    >>> largest_batch(smol, PRECISIONS["bfloat16"], 256, DeviceRoof("x", "x", "cuda", 1.0, {}, 1.0, memory_gb=1.0), 64)
+    99
+    """
+    if device.memory_gb <= 0:
+        return 1 << 20
+    weight_bytes = matmul_weights(shape) * precision.weight_bits / 8
+    per_sequence = shape.layers * 2 * shape.kv_heads * shape.head_dim * (context + width) * precision.activation_bytes
+    free = device.memory_gb * 1e9 - weight_bytes
+    return max(0, int(free // per_sequence))
 
 
 def ridge_width(shape: ModelShape, precision: Precision, context: int, device: DeviceRoof,

@@ -139,11 +139,14 @@ def model_shape(profile: Profile, model: ModelEntry) -> ModelShape:
     )
 
 
-def roofline_profile(profile: Profile, device: DeviceRoof, calibration: Calibration | None = None) -> Profile:
+def roofline_profile(profile: Profile, device: DeviceRoof, calibration: Calibration | None = None,
+                     batches: tuple[int, ...] | None = None) -> Profile:
     """``profile`` with every model's latency replaced by ``device``'s roofline curves.
 
-    One curve per measured context (256 if none was measured); acceptance and retrieval
-    costs are kept. The device is recorded as ``DeviceInfo(kind, name, sku, source=roofline)``.
+    One curve per measured context (256 if none was measured) and per batch size: ``batches``,
+    or the batch sizes the model was measured at (T(n, b), docs/planner-math.md section 11.1);
+    batch 1 is always modelled. Acceptance and retrieval costs are kept. The device is
+    recorded as ``DeviceInfo(kind, name, sku, source=roofline)``.
     """
     models = []
     for model in profile.models:
@@ -153,7 +156,9 @@ def roofline_profile(profile: Profile, device: DeviceRoof, calibration: Calibrat
         except ValueError as exc:
             raise ProfileError(f"model {model.id!r}: {exc}") from None
         contexts = sorted({curve.context for curve in model.latency}) or [256]
-        curves = tuple(roofline_curve(shape, precision, context, device, calibration) for context in contexts)
+        sizes = sorted({1, *(batches if batches is not None else (curve.batch for curve in model.latency))})
+        curves = tuple(roofline_curve(shape, precision, context, device, calibration, batch=batch)
+                       for batch in sizes for context in contexts)
         models.append(replace(model, latency=curves, shape=shape))
     device_info = DeviceInfo(device.kind, device.name, device.sku, "roofline")
     return replace(profile, device=device_info, models=tuple(models))

@@ -23,6 +23,7 @@ from specplan.core.profile import LatencyCurve, ModelEntry, Profile, shape_from_
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.core.version import __version__
 from specplan.models.arch import ArchSpec, build_random, scale_to_layers
+from specplan.profiler.batch_latency import measure_batch_curves
 from specplan.profiler.latency import WIDTHS, measure_latency
 from specplan.runtime.device import describe_device
 
@@ -33,6 +34,7 @@ class LatencyOnlySettings:
     context: int = 256  # cached tokens under each measurement, as in a full profile
     repeats: int = 9
     runtime: RuntimeMode = EAGER
+    batch_sizes: tuple[int, ...] = (1,)  # T(n, b) also at each b > 1 (profiler/batch_latency.py)
 
 
 def context_ids(vocab: int, length: int) -> list[int]:
@@ -41,29 +43,38 @@ def context_ids(vocab: int, length: int) -> list[int]:
 
 
 def _measure(spec: ArchSpec, layers: int | None, device: torch.device, settings: LatencyOnlySettings,
-             bar: tqdm) -> LatencyCurve:
+             bar: tqdm) -> tuple[LatencyCurve, ...]:
+    """T(n) and T(n, b) for each batch size of ``settings`` (ascending) of ``spec`` with ``layers``."""
     model = build_random(spec, settings.dtype, str(device), layers)
     try:
         context = context_ids(int(spec.config["vocab_size"]), settings.context)
-        return measure_latency(model, device, context, WIDTHS, settings.repeats, bar.update, runtime=settings.runtime)
+        curve = measure_latency(model, device, context, WIDTHS, settings.repeats, bar.update, runtime=settings.runtime)
+        return (curve, *measure_batch_curves(model, device, context, settings.batch_sizes, settings.repeats,
+                                             label=spec.name))
     finally:
         del model
         gc.collect()
 
 
-def measure_arch(spec: ArchSpec, device: torch.device, settings: LatencyOnlySettings) -> tuple[LatencyCurve, str]:
-    """The curve of ``spec`` at its full depth and a line saying how it was obtained."""
+def measure_arch(spec: ArchSpec, device: torch.device, settings: LatencyOnlySettings
+                 ) -> tuple[tuple[LatencyCurve, ...], str]:
+    """The curves of ``spec`` at its full depth (batch 1, then any larger batch sizes) and a line
+    saying how they were obtained."""
     passes = len(spec.slice) or 1
     with tqdm(total=passes * len(WIDTHS), desc=f"latency T(n): {spec.name}", unit="curve point") as bar:
         if not spec.slice:
-            curve = _measure(spec, None, device, settings, bar)
-            return curve, f"measured: random weights of {spec.name}, all {spec.layers} layers"
-        short, long = (_measure(spec, layers, device, settings, bar) for layers in spec.slice)
+            curves = _measure(spec, None, device, settings, bar)
+            return curves, f"measured: random weights of {spec.name}, all {spec.layers} layers"
+        shorts, longs = (_measure(spec, layers, device, settings, bar) for layers in spec.slice)
     low, high = spec.slice
-    ms = tuple(round(scale_to_layers(a, b, low, high, spec.layers), 4) for a, b in zip(short.ms, long.ms))
+    curves = tuple(
+        LatencyCurve(short.context, short.n,
+                     tuple(round(scale_to_layers(a, b, low, high, spec.layers), 4) for a, b in zip(short.ms, long.ms)),
+                     batch=short.batch)
+        for short, long in zip(shorts, longs) if short.n == long.n)
     how = (f"measured: random weights of {spec.name} with {low} and {high} of its {spec.layers} layers, "
            "scaled linearly in layers")
-    return LatencyCurve(short.context, short.n, ms), how
+    return curves, how
 
 
 def _ids_for(specs: list[ArchSpec], borrowed: Profile | None) -> list[str]:
@@ -84,11 +95,11 @@ def run_latency_only(specs: list[ArchSpec], device: torch.device, settings: Late
     ids = _ids_for(specs, borrowed)
     models, sources = [], {}
     for model_id, spec in zip(ids, specs):
-        curve, how = measure_arch(spec, device, settings)
+        curves, how = measure_arch(spec, device, settings)
         sources[model_id] = how
         models.append(ModelEntry(id=model_id, source=f"arch:{spec.name}", fingerprint=spec.fingerprint,
                                  dtype=settings.dtype, role="target" if model_id == "target" else "drafter",
-                                 latency=(curve,), mode=settings.runtime.profile_label,
+                                 latency=curves, mode=settings.runtime.profile_label,
                                  shape=shape_from_config(SimpleNamespace(**spec.config))))
     acceptance, retrieval = (), ()
     if borrowed is not None:

@@ -35,6 +35,7 @@ from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
+from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
 from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
 from specplan.core.yamlio import read_document
@@ -50,10 +51,12 @@ class ProfileSettings:
     prompts_label: str = "spec-bench:calibration"
     middles: bool = True  # also measure drafters against each model drafter (candidate middle models)
     runtime: RuntimeMode = EAGER  # the runtime whose latency is measured (and recorded as each model's mode)
+    batch_sizes: tuple[int, ...] = (1,)  # T(n, b) is also measured at each b > 1 (profiler/batch_latency.py)
+    batch_max_tokens: int = MAX_TOKENS  # widths with b * n above this are not timed at batch b
 
     @classmethod
     def quick(cls) -> "ProfileSettings":
-        return cls(max_new_tokens=64, repeats=9)  # fewer repeats let a slow spell of the machine skew a median
+        return cls(max_new_tokens=64, repeats=9, batch_max_tokens=1024)  # fewer repeats let a slow spell of the machine skew a median
 
 
 def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> list[int]:
@@ -176,6 +179,22 @@ def trained_on_calibration(spec: DrafterSpec, prompts: list[Prompt]) -> str | No
             "is optimistic; profile with --prompts FILE of prompts it never saw for an unbiased plan")
 
 
+def _batched_curves(networks, device, context, settings: ProfileSettings) -> dict[str, tuple]:
+    """T(n, b) for every b > 1 of ``settings.batch_sizes``, per model (a draft head runs one
+    sequence: none for it, so the planner leaves heads out at b > 1)."""
+    batches = [b for b in settings.batch_sizes if b > 1]
+    result: dict[str, tuple] = {model_id: () for model_id, _ in networks}
+    if not batches:
+        return result
+    with tqdm(total=len(networks) * len(batches) * len(WIDTHS), desc="latency T(n, b)", unit="curve point") as bar:
+        for model_id, network in networks:
+            if not isinstance(network, DraftHead):
+                result[model_id] = measure_batch_curves(network, device, context, batches, settings.repeats,
+                                                        settings.batch_max_tokens, model_id)
+            bar.update(len(batches) * len(WIDTHS))
+    return result
+
+
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
                 device: torch.device, settings: ProfileSettings) -> Profile:
     """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``."""
@@ -195,9 +214,10 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             else:
                 curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
                                                    runtime=settings.runtime)
+    batched = _batched_curves(networks, device, context, settings)
     pairs = _target_outputs(target, prompts, device, settings)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
-                         role="target", latency=(curves["target"],), shape=shape_of_network(target.model))]
+                         role="target", latency=(curves["target"],) + batched["target"], shape=shape_of_network(target.model))]
     retrieval, acceptance = [], []
     siblings, graft_model, best = None, None, -1.0
     for build in (b for b in built if b.model is not None):
@@ -208,7 +228,8 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         base = "target" if build.spec.kind == "layerskip" else None
         fingerprint = target.fingerprint + f"|{build.spec.source}" if base else ""
         models.append(ModelEntry(mode=settings.runtime.profile_label, id=build.spec.id, source=build.spec.source, fingerprint=fingerprint,
-                                 dtype=target.dtype, role="drafter", latency=(curves[build.spec.id],), base=base,
+                                 dtype=target.dtype, role="drafter", latency=(curves[build.spec.id],) + batched[build.spec.id],
+                                 base=base,
                                  shape=shape_of_network(build.model)))
     for build in (b for b in built if b.model is None):
         entry, counter = _retrieval_acceptance(build, target, pairs, device, settings, siblings)
