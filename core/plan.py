@@ -16,6 +16,7 @@ from specplan.core.errors import PlanError, TreeError
 from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
 from specplan.core.parents import check_parents
 from specplan.core.plan_adaptive import AdaptiveSettings, adaptive_from_dict, adaptive_to_dict
+from specplan.core.schedule import Schedule, schedule_from_dict, schedule_to_dict
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
 SHAPE_KINDS = ("sequence", "tree")
@@ -108,6 +109,7 @@ class Plan:
     solver: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     adaptive: AdaptiveSettings | None = None  # closed-loop candidates (core/plan_adaptive.py); None: static
+    schedule: Schedule | None = None  # the best configuration per batch size (core/schedule.py); None: batch 1 only
 
     def summary(self) -> str:
         if not self.stages:
@@ -210,6 +212,7 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
             solver=dict(document.get("solver") or {}),
         )
         plan = replace(plan, adaptive=adaptive_from_dict(document.get("adaptive"), _stages))
+        plan = replace(plan, schedule=schedule_from_dict(document.get("schedule"), _stages))
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -217,6 +220,8 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
     _check_chain(plan)
     for candidate in plan.adaptive.candidates if plan.adaptive else ():
         _check_chain(plan, candidate.stages)
+    for row in plan.schedule.rows if plan.schedule else ():
+        _check_chain(plan, row.stages)
     return plan
 
 
@@ -247,6 +252,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     }
     if plan.adaptive is not None:
         document["adaptive"] = adaptive_to_dict(plan.adaptive, _stage_dicts)
+    if plan.schedule is not None:
+        document["schedule"] = schedule_to_dict(plan.schedule, _stage_dicts)
     return document
 
 
