@@ -7,12 +7,17 @@ import os
 from pathlib import Path
 
 from specplan.api import solve_detailed
+from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
+from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_file
 from specplan.core.plan import Plan, save_plan
-from specplan.core.profile import Profile, load_profile
+from specplan.core.profile import Profile, batch_sizes, load_profile
 from specplan.core.yamlio import file_sha256
 from specplan.planner import explain as explain_result
+from specplan.planner.explain_schedule import schedule_table
 from specplan.planner.options import runtime_options
+from specplan.planner.batch import scheduled_batches
+from specplan.planner.schedule import with_schedule
 
 
 def add_parser(commands) -> None:
@@ -34,17 +39,38 @@ def add_parser(commands) -> None:
     parser.add_argument("--fit-efficiency", action="store_true",
                         help="with --sku: fit the roofline's efficiency to PROFILE's measured curves (its own SKU)")
     parser.add_argument("--skus", default=None, metavar="FILE", help="SKU table (default: planner/data/skus.yaml)")
+    add_batch_sizes_option(parser, "the batch sizes of the schedule (plan.yaml `schedule`): a subset of those PROFILE "
+                                   "measured (default: all), or with --sku those modelled (default 1,2,4,...,256 up to "
+                                   "the SKU's memory)")
     parser.set_defaults(handler="plan")
 
 
 
+def _check_batches(profile: Profile, batches: tuple[int, ...]) -> None:
+    try:
+        scheduled_batches(profile, batches)
+    except ValueError as error:
+        raise SpecplanError(f"--batch-sizes: {error}; re-profile with `specplan profile --batch-sizes ...`") from None
+
+
+def _scheduled(plan: Plan, profile: Profile, options, batches: tuple[int, ...] | None):
+    """``plan`` with its schedule when the profile has T(n, b) at more than batch 1 (or batches are asked)."""
+    if batches is None and len(batch_sizes(profile)) < 2:
+        return plan, None
+    if batches is not None:
+        _check_batches(profile, batches)
+    return with_schedule(plan, profile, options, batches)
+
+
 def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
-                     temperature: float, explain: bool, stages: int | None = None) -> Plan:
+                     temperature: float, explain: bool, stages: int | None = None,
+                     batches: tuple[int, ...] | None = None) -> Plan:
     options = runtime_options(max_budget, max_depth, temperature)
     relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
     solution = solve_detailed(profile, options, stages=stages, profile_path=relative,
                               profile_sha256=file_sha256(profile_path))
     plan, result = solution.plan, solution.result
+    plan, scheduled = _scheduled(plan, profile, options, batches)
     save_plan(plan, plan_path)
     predicted = plan.predicted
     print(f"specplan: wrote {plan_path}: {plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
@@ -54,7 +80,16 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
               f"{result.plan.predicted.tokens_per_s:.1f} tok/s)")
     if explain:
         print(explain_result(result))
+    if scheduled is not None:
+        print(schedule_table(scheduled.schedule) if explain else _crossover_line(scheduled.schedule))
     return plan
+
+
+def _crossover_line(schedule) -> str:
+    crossover = schedule.crossover_batch
+    where = f"from batch {crossover}" if crossover is not None else f"at no batch up to {schedule.rows[-1].batch}"
+    return (f"specplan: schedule for batch {', '.join(str(row.batch) for row in schedule.rows)}: "
+            f"plain decoding wins {where} (plan --explain prints the table)")
 
 
 
@@ -67,7 +102,10 @@ def command(args) -> int:
     profile = load_profile(args.profile)  # first: a plan given as the profile is named as such
     output = Path(args.output) if args.output else Path(args.profile).with_name("plan.yaml")
     check_output_file(output, kind="plan", inputs=[args.profile])
+    batches = parse_batch_sizes(args.batch_sizes)
+    if batches is not None:
+        _check_batches(profile, batches)  # before any solving: one line, no work
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
-                     temperature=args.temperature, explain=args.explain, stages=args.stages)
+                     temperature=args.temperature, explain=args.explain, stages=args.stages, batches=batches)
     return 0
 

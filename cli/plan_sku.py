@@ -22,7 +22,9 @@ from specplan.planner.calibration import fit_calibration, transfer
 from specplan.planner.options import runtime_options
 from specplan.planner.roofline import Calibration
 from specplan.planner.sku import get_sku, load_skus, roofline_profile
-from specplan.planner.sku_plans import calibration_record, plan_for_sku, summary_table
+from specplan.planner.sku_plans import calibration_record, plan_for_sku, sku_batches, summary_table
+from specplan.planner.explain_schedule import schedule_table
+from specplan.cli.batch_option import parse_batch_sizes
 
 
 MODELLED_PROFILE = "roofline-profile.yaml"  # beside each SKU plan; never the measured profile.yaml
@@ -50,7 +52,9 @@ def _calibration(args, profile: Profile, skus: dict, sku: str):
 def _write_sku_plan(profile: Profile, profile_path: Path, sku_name: str, skus: dict, plan_path: Path, args):
 
     calibration = _calibration(args, profile, skus, sku_name)
-    modelled = roofline_profile(profile, skus[sku_name], calibration)
+    options = runtime_options(args.max_budget, args.max_depth, args.temperature)
+    batches = sku_batches(profile, skus[sku_name], options, parse_batch_sizes(getattr(args, "batch_sizes", None)))
+    modelled = roofline_profile(profile, skus[sku_name], calibration, batches)
     provenance = {"measured_profile": os.path.relpath(profile_path.resolve(), plan_path.resolve().parent),
                   "measured_sha256": file_sha256(profile_path), "sku": sku_name,
                   "calibration": calibration_record(calibration),
@@ -58,9 +62,8 @@ def _write_sku_plan(profile: Profile, profile_path: Path, sku_name: str, skus: d
     modelled = replace(modelled, calibration={**modelled.calibration, "roofline": provenance})
     modelled_path = plan_path.with_name(MODELLED_PROFILE)
     save_profile(modelled, modelled_path)
-    row = plan_for_sku(profile, skus[sku_name], runtime_options(args.max_budget, args.max_depth, args.temperature), calibration,
-                       profile_path=MODELLED_PROFILE,
-                       profile_sha256=file_sha256(modelled_path))
+    row = plan_for_sku(profile, skus[sku_name], options, calibration, profile_path=MODELLED_PROFILE,
+                       profile_sha256=file_sha256(modelled_path), batches=batches)
     save_plan(row.result.plan, plan_path)
     return row
 
@@ -87,6 +90,7 @@ def command_plan_sku(args) -> int:
     if args.efficiency is not None and args.fit_efficiency:
         raise SpecplanError("give either --efficiency E or --fit-efficiency, not both")
     runtime_options(args.max_budget, args.max_depth, args.temperature)  # bounds first: one line, no work
+    parse_batch_sizes(getattr(args, "batch_sizes", None))
     profile_path = Path(args.profile)
     profile = load_profile(profile_path)
     skus = load_skus(args.skus)
@@ -108,6 +112,8 @@ def command_plan_sku(args) -> int:
               f"predicted {predicted.tokens_per_s:.1f} tok/s, {predicted.speedup:.2f}x over plain decoding")
         if args.explain:
             print(explain(row.result))
+            if row.result.plan.schedule is not None:
+                print(schedule_table(row.result.plan.schedule))
     if folder is not None:
         table = summary_table(rows)
         write_text_atomic(folder / "summary.md",

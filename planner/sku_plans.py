@@ -19,9 +19,12 @@ from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 
 from .options import PlanOptions
-from .roofline import Calibration, DeviceRoof, forward_cost, precision_for, ridge_width
+from .roofline import Calibration, DeviceRoof, forward_cost, largest_batch, precision_for, ridge_width
+from .schedule import with_schedule
 from .sku import model_shape, roofline_profile
 from .solve import PlanResult, solve_plan
+
+SKU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the schedule's batch sizes on a SKU, up to its memory
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class SkuPlan:
     ridge: int  # smallest n that is compute-bound
     overhead_share: float  # fixed overhead / T(1)
     bound_at_1: str  # memory | compute
+    fits: int = 0  # most sequences whose KV caches fit beside the target's weights (planner-math 11.1)
 
 
 def calibration_record(calibration: Calibration | None) -> dict[str, Any]:
@@ -50,18 +54,33 @@ def calibration_from_record(record: dict[str, Any] | None) -> Calibration:
     return Calibration(**fields)
 
 
+def sku_batches(profile: Profile, device: DeviceRoof, options: PlanOptions | None = None,
+                wanted: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The schedule's batch sizes on ``device``: ``wanted`` (default :data:`SKU_BATCHES`) up to the
+    most sequences whose KV caches fit beside the target's weights (:func:`.roofline.largest_batch`)."""
+    options = options or PlanOptions()
+    target = profile.target
+    context = target.latency[0].context if target.latency else 256
+    fits = largest_batch(model_shape(profile, target), precision_for(target.quant, target.dtype), context, device,
+                         options.table_size)
+    return tuple(batch for batch in (wanted or SKU_BATCHES) if batch == 1 or batch <= fits)
+
+
 def plan_for_sku(profile: Profile, device: DeviceRoof, options: PlanOptions | None = None,
                  calibration: Calibration | None = None, *, profile_path: str = "",
-                 profile_sha256: str = "") -> SkuPlan:
-    """The plan for ``device`` from ``profile``'s acceptance and the SKU's roofline T(n)."""
+                 profile_sha256: str = "", batches: tuple[int, ...] | None = None) -> SkuPlan:
+    """The plan for ``device`` from ``profile``'s acceptance and the SKU's roofline T(n); with more
+    than one of ``batches``, also its schedule per batch size (``plan.schedule``, T(n, b))."""
     options = options or PlanOptions()
-    modelled = roofline_profile(profile, device, calibration)
+    modelled = roofline_profile(profile, device, calibration, batches)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = solve_plan(modelled, options, profile_path=profile_path, profile_sha256=profile_sha256)
     plan: Plan = result.plan
     plan = replace(plan, device={"kind": device.kind, "sku": device.sku, "source": "roofline"},
                    solver={**plan.solver, "roofline": {"sku": device.sku, "calibration": calibration_record(calibration)}})
+    if batches is not None and len(batches) > 1:
+        plan, _ = with_schedule(plan, modelled, options, batches)
     result = replace(result, plan=plan)
     target = modelled.target
     shape = model_shape(modelled, target)
@@ -70,7 +89,7 @@ def plan_for_sku(profile: Profile, device: DeviceRoof, options: PlanOptions | No
     one = forward_cost(shape, precision, 1, context, device, calibration)
     wide = forward_cost(shape, precision, 64, context, device, calibration)
     return SkuPlan(device.sku, result, one.ms, wide.ms / one.ms, ridge_width(shape, precision, context, device, calibration),
-                   one.overhead_ms / one.ms, one.bound)
+                   one.overhead_ms / one.ms, one.bound, largest_batch(shape, precision, context, device, options.table_size))
 
 
 def _best(result: PlanResult, kind: str):
@@ -101,11 +120,21 @@ def why(row: SkuPlan) -> str:
 
 
 def summary_table(rows: list[SkuPlan]) -> str:
-    """A Markdown table: SKU, chosen configuration, predicted speedup, tok/s and why."""
-    lines = ["| SKU | configuration | speedup | tokens/s | target T(1) ms | why |",
-             "|---|---|---|---|---|---|"]
+    """A Markdown table: SKU, chosen configuration, predicted speedup, tok/s, the crossover batch
+    (plain decoding wins from it; planner-math.md section 11.2) and why."""
+    lines = ["| SKU | configuration | speedup | tokens/s | target T(1) ms | crossover batch | why |",
+             "|---|---|---|---|---|---|---|"]
     for row in rows:
         plan = row.result.plan
         lines.append(f"| {row.sku} | {plan.summary()} | {plan.predicted.speedup:.2f}x | "
-                     f"{plan.predicted.tokens_per_s:.1f} | {row.target_t1_ms:.3f} | {why(row)} |")
+                     f"{plan.predicted.tokens_per_s:.1f} | {row.target_t1_ms:.3f} | {crossover_cell(plan)} | {why(row)} |")
     return "\n".join(lines)
+
+
+def crossover_cell(plan: Plan) -> str:
+    """``16``, ``> 256`` (speculation wins at the largest batch modelled) or ``-`` (no schedule)."""
+    if plan.schedule is None:
+        return "-"
+    if plan.schedule.crossover_batch is None:
+        return f"> {plan.schedule.rows[-1].batch}"
+    return str(plan.schedule.crossover_batch)

@@ -1,0 +1,56 @@
+"""A profile seen at one batch size: the planner's input for plans under load (planner-math.md
+section 11).
+
+At ``b`` concurrent sequences decoding in lockstep, every forward of the schedule's stages
+carries ``b`` sequences: a model's cost is its ``T(n, b)`` curve, and a retrieval drafter,
+a host-side table lookup made once per sequence, costs ``b * ms_per_call`` per draft call.
+:func:`batch_view` returns the profile with exactly those numbers, so that every solver
+(the hierarchy DP, the trees, the LP check, the closed form) runs unchanged and its ms per
+token is the time per committed token of one sequence in the batch (SmartSpec, arXiv 2406.14066).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specplan.core.profile import Profile, batch_sizes
+
+
+def batch_view(profile: Profile, batch: int) -> Profile:
+    """``profile`` with only its latency curves at ``batch`` and retrieval costs times ``batch``.
+
+    A model without a curve at ``batch`` keeps none (the planner skips it and says so). Curves
+    measured at ``batch > 1`` are read unpadded (``mode: eager``): the batched forward is eager.
+
+    >>> from specplan.core.profile import DeviceInfo, LatencyCurve, ModelEntry, RetrievalEntry
+    >>> curves = (LatencyCurve(256, (1, 2), (10.0, 11.0)), LatencyCurve(256, (1, 2), (14.0, 17.0), batch=4))
+    >>> target = ModelEntry("target", "default", "", role="target", latency=curves, mode="compiled")
+    >>> profile = Profile(DeviceInfo("cpu", "cpu", "cpu"), (target,), (), (RetrievalEntry("ngram-3", "ngram:3", 0.05),))
+    >>> view = batch_view(profile, 4)
+    >>> view.target.latency[0].ms, view.target.mode, view.retrieval[0].ms_per_call
+    ((14.0, 17.0), 'eager', 0.2)
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    models = []
+    for model in profile.models:
+        curves = tuple(curve for curve in model.latency if curve.batch == batch)
+        mode = model.mode if batch == 1 else "eager"
+        models.append(replace(model, latency=curves, mode=mode))
+    retrieval = tuple(replace(entry, ms_per_call=entry.ms_per_call * batch) for entry in profile.retrieval)
+    return replace(profile, models=tuple(models), retrieval=retrieval)
+
+
+def scheduled_batches(profile: Profile, wanted: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The batch sizes a schedule covers: those the target has a curve for (all, or those of ``wanted``).
+
+    Raises ValueError naming the batch sizes the profile lacks.
+    """
+    available = batch_sizes(profile)
+    if wanted is None:
+        return available
+    missing = sorted(set(wanted) - set(available))
+    if missing:
+        raise ValueError(f"the profile has no target latency at batch {', '.join(map(str, missing))} "
+                         f"(it has {', '.join(map(str, available))})")
+    return tuple(sorted(set(wanted)))

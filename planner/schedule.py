@@ -1,0 +1,129 @@
+"""The schedule: the best configuration per batch size, and the batch from which plain decoding wins.
+
+For each batch size ``b`` the profile's ``T(n, b)`` curves (:func:`.batch.batch_view`) go through
+the same solver as batch 1 (:func:`.solve.solve_plan`: plain decoding, sequence, tree, hierarchy),
+whose ms per token is then the time per committed token of one sequence while ``b`` decode in
+lockstep. The whole batch's goodput (SmartSpec, Liu et al., arXiv 2406.14066; planner-math.md
+section 11.2) is
+
+    G(c, b) = b * 1000 / L_c(b)        tokens per second, with
+    L_c(b)  = (gamma * t_draft(b) + T_verifier(gamma + 1, b)) / E(gamma)   (a sequence stage)
+
+and the tree and hierarchy forms of sections 2 and 4 with every ``T(n)`` read as ``T(n, b)``.
+Acceptance does not depend on ``b``; the cost of a forward does. The schedule keeps, per ``b``,
+the configuration of highest ``G`` (the lowest ``L``), plain decoding's ``G`` and the batch-1
+plan's ``G`` at that batch; the *crossover* is the smallest scheduled batch from which plain
+decoding is chosen at every larger scheduled batch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan
+from specplan.core.profile import Profile
+from specplan.core.schedule import Schedule, ScheduleRow
+
+from .batch import batch_view, scheduled_batches
+from .options import PlanOptions
+from .simulate import closed_form, plan_stages
+from .solve import PlanResult, solve_plan
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """The schedule, the solver's full result at each batch (for ``--explain``) and its messages."""
+
+    schedule: Schedule
+    results: tuple[tuple[int, PlanResult], ...]
+    messages: tuple[str, ...] = ()
+
+
+def crossover_batch(rows: tuple[ScheduleRow, ...]) -> int | None:
+    """The smallest batch from which every row is plain decoding (None if the last row speculates).
+
+    >>> from specplan.core.plan import Stage, StageShape
+    >>> chain = (Stage("draft", "target", StageShape("sequence", gamma=2)),)
+    >>> rows = tuple(ScheduleRow(b, "", s, 1.0, 1.0, 1.0, 1.0, 1.0) for b, s in ((1, chain), (4, ()), (8, chain), (16, ()), (32, ())))
+    >>> crossover_batch(rows)
+    16
+    """
+    crossover = None
+    for row in reversed(rows):
+        if row.stages:
+            break
+        crossover = row.batch
+    return crossover
+
+
+def _plan_ms(plan: Plan | None, view: Profile, plain_ms: float) -> float:
+    """ms per token of the batch-1 plan's stages on ``view`` (0: cannot be costed there)."""
+    if plan is None:
+        return 0.0
+    if not plan.stages:
+        return plain_ms
+    if any(stage.shape.kind == "tree" and not stage.shape.parents for stage in plan.stages):
+        return 0.0  # a dynamic tree is grown at run time: no closed form
+    try:
+        return closed_form(plan_stages(plan, view))
+    except (PlanError, ValueError, IndexError, ZeroDivisionError):  # no curve at this batch, a missing entry
+        return 0.0
+
+
+def _row(batch: int, result: PlanResult, plan_ms: float) -> ScheduleRow:
+    best = result.candidates[0]
+    plain = next(row.ms_per_token for row in result.candidates if not row.stages)
+    goodput = batch * 1000.0 / best.ms_per_token
+    return ScheduleRow(
+        batch=batch, summary=best.summary, stages=best.stages, ms_per_token=best.ms_per_token,
+        tokens_per_s=goodput, plain_tokens_per_s=batch * 1000.0 / plain, speedup=plain / best.ms_per_token,
+        accepted_per_target_forward=best.accepted_length,
+        plan_tokens_per_s=batch * 1000.0 / plan_ms if plan_ms > 0 else 0.0,
+    )
+
+
+def solve_schedule(profile: Profile, options: PlanOptions | None = None, batches: tuple[int, ...] | None = None,
+                   plan: Plan | None = None, source: str | None = None) -> ScheduleResult:
+    """The best configuration at every batch size the profile's target was measured (or modelled) at.
+
+    Parameters
+    ----------
+    profile : Profile
+        With ``T(n, b)`` curves (``batch`` on its latency curves); a batch-1 profile gives one row.
+    options : PlanOptions, optional
+        The search limits, as for :func:`.solve.solve_plan`.
+    batches : tuple of int, optional
+        A subset of the profile's batch sizes (ValueError naming any it lacks).
+    plan : Plan, optional
+        The batch-1 plan, costed at every batch (``plan_tokens_per_s``).
+    source : str, optional
+        ``measured`` | ``roofline`` (default: the profile's ``device.source``).
+
+    Returns
+    -------
+    ScheduleResult
+        Rows by ascending batch and the crossover batch (:func:`crossover_batch`).
+    """
+    options = options or PlanOptions()
+    results, rows, messages = [], [], []
+    for batch in scheduled_batches(profile, batches):
+        view = batch_view(profile, batch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = solve_plan(view, options)
+        messages.extend(f"batch {batch}: {message}" for message in result.warnings if batch > 1)
+        plain_ms = next(row.ms_per_token for row in result.candidates if not row.stages)
+        rows.append(_row(batch, result, _plan_ms(plan, view, plain_ms)))
+        results.append((batch, result))
+    rows = tuple(rows)
+    schedule = Schedule(rows, crossover_batch(rows), source or profile.device.source)
+    return ScheduleResult(schedule, tuple(results), tuple(dict.fromkeys(messages)))
+
+
+def with_schedule(plan: Plan, profile: Profile, options: PlanOptions | None = None,
+                  batches: tuple[int, ...] | None = None) -> tuple[Plan, ScheduleResult]:
+    """``plan`` carrying the schedule of ``profile`` (plan.yaml ``schedule``), and the schedule's result."""
+    result = solve_schedule(profile, options, batches, plan)
+    return replace(plan, schedule=result.schedule), result
