@@ -3,11 +3,15 @@ below the command line; the CLI maps ``--runtime`` / ``SPECPLAN_RUNTIME`` onto i
 
 - ``eager`` (default): transformers' forward over a ``DynamicCache``.
 - ``static``: the same forward over a preallocated KV cache (no reallocation per step).
-- ``compiled``: the static cache with ``torch.compile``'d steps, widths bucketed
-  (:mod:`specplan.runtime.compiled`).
+- ``compiled``: the static cache with compiled steps, loaded from ahead-of-time packages
+  (:mod:`specplan.runtime.aot_store`; built once per model architecture, dtype, device and
+  torch version, then loaded in about a second); a model whose step cannot be exported falls
+  back to the ``jit`` path, compiled up front.
+- ``jit``: the static cache with ``torch.compile``'d steps, widths bucketed, compiled inside the
+  process (:mod:`specplan.runtime.compiled`; minutes per model on CPU).
 
 A profile records ``eager`` or ``compiled`` (``static`` runs the eager forward, so it is
-recorded as ``eager``).
+recorded as ``eager``; ``jit`` and ``compiled`` both run compiled steps).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ RUNTIMES = {
     "eager": {"cache": "dynamic", "compiled": False},
     "static": {"cache": "static", "compiled": False},
     "compiled": {"cache": "static", "compiled": True},
+    "jit": {"cache": "static", "compiled": True},
 }
+AHEAD_OF_TIME = frozenset({"compiled"})  # runtimes whose compiled steps come from packages
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,11 @@ class RuntimeMode:
     @property
     def compiled(self) -> bool:
         return RUNTIMES[self.name]["compiled"]
+
+    @property
+    def ahead_of_time(self) -> bool:
+        """Compiled steps loaded from ahead-of-time packages (``compiled``), not compiled in the process (``jit``)."""
+        return self.name in AHEAD_OF_TIME
 
     @property
     def profile_label(self) -> str:

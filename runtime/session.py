@@ -8,8 +8,9 @@ mask), ``keep`` compacts the cache to an accepted path.
 The cache is transformers' ``DynamicCache`` (``cache="dynamic"``) or our preallocated
 :class:`~specplan.runtime.static_cache.StaticKVCache` (``cache="static"``, sized for
 ``max_length`` positions; it grows by doubling if a forward would overflow it). With
-``compiled=True`` (static cache only) steps of up to 64 tokens run a torch.compile'd forward
-with widths bucketed (:mod:`specplan.runtime.compiled`). Left unset, both follow the
+``compiled=True`` (static cache only) steps of up to 64 tokens run a compiled forward: an
+ahead-of-time package with runtime ``compiled`` (:mod:`specplan.runtime.aot_store`), a
+torch.compile'd forward with widths bucketed with runtime ``jit`` (:mod:`specplan.runtime.compiled`). Left unset, both follow the
 session's ``runtime`` (:class:`specplan.core.runtime_modes.RuntimeMode`; default ``eager``: the dynamic cache).
 
 With ``keep_features`` set (a draft head reads them: EAGLE, arXiv 2401.15077), every forward
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 import torch
 
 from specplan.runtime import kv
-from specplan.runtime.compiled import compiled_step
+from specplan.runtime.model_steps import model_step
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
@@ -54,7 +55,7 @@ class ModelSession:
         self.max_length = max_length
         self.step = None
         if self.compiled:
-            self.step = compiled_step(model, self.device)
+            self.step = model_step(model, self.device, runtime)
         self.cache = self._new_cache()
         self.cached: list[int] = []  # token ids whose keys/values the cache holds, in order
         self.keep_features = False  # set by a draft head that reads this model's hidden states

@@ -23,7 +23,7 @@ from tests.runtime.test_static_cache import assert_same_logits, script
 from tests.runtime.tiny_models import tiny_llama
 
 CPU = torch.device("cpu")
-COMPILED = RuntimeMode("compiled")
+COMPILED = RuntimeMode("jit")  # the in-process torch.compile path (tests/runtime/test_aot.py covers packages)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

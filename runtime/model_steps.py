@@ -1,0 +1,87 @@
+"""Which compiled step a session gets: an ahead-of-time package (runtime ``compiled``) or
+in-process compilation (runtime ``jit``, and the fallback when a step cannot be exported).
+
+With ``compiled`` the package is loaded if one exists for the model's key and is not stale,
+else built now, before anything runs (minutes on CPU, once per architecture, dtype, device and
+torch version; a line on stderr says so). If export or AOT compilation fails, one line says
+which model and why, and the step falls back to :class:`specplan.runtime.compiled.CompiledStep`
+with every width compiled up front under a progress bar, so no compile lands inside a prompt.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+
+import torch
+from tqdm import tqdm
+
+from specplan.core.runtime_modes import RuntimeMode
+from specplan.runtime.aot_step import AotStep
+from specplan.runtime.compiled import BUCKETS, CompiledStep, compiled_step
+from specplan.runtime.static_cache import StaticKVCache, new_static_cache
+
+_AHEAD: "weakref.WeakKeyDictionary[torch.nn.Module, AotStep | None]" = weakref.WeakKeyDictionary()
+
+
+def model_step(model: torch.nn.Module, device: torch.device, runtime: RuntimeMode) -> AotStep | CompiledStep:
+    """The process-wide compiled step of ``model`` for ``runtime`` (created on first use)."""
+    if runtime.ahead_of_time:
+        if model not in _AHEAD:
+            _AHEAD[model] = ahead_of_time_step(model, device)
+        step = _AHEAD[model]
+        if step is not None:
+            return step
+        fallback = compiled_step(model, device)
+        compile_every_width(fallback, model, device)
+        return fallback
+    return compiled_step(model, device)
+
+
+def ahead_of_time_step(model: torch.nn.Module, device: torch.device) -> AotStep | None:
+    """``model``'s package, loaded or built now; None (after one line on stderr) when it cannot be exported."""
+    from specplan.runtime import aot_store
+
+    key = aot_store.package_key(model, device)
+    folder = aot_store.package_folder(key)
+    name = _describe(model)
+    reason = aot_store.stale_reason(folder, key, model)
+    if reason is not None:
+        why = "" if reason == "no package" else f" (the cached one is stale: {reason})"
+        sys.stderr.write(f"specplan: compiling {name} ahead of time into {folder}{why}; "
+                         "once per model, dtype, device and torch version (minutes on CPU)\n")
+        try:
+            seconds = aot_store.build_package(model, device, key, folder)
+        except Exception as error:  # export/AOTInductor failures come in many types
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            sys.stderr.write(f"specplan: cannot compile {name} ahead of time ({type(error).__name__}: {first}); "
+                             "compiling it in this process instead (runtime jit)\n")
+            return None
+        sys.stderr.write(f"specplan: compiled {name} ahead of time in {seconds:.0f} s\n")
+    return aot_store.load_package(model, device, folder)
+
+
+def compile_every_width(step: CompiledStep, model: torch.nn.Module, device: torch.device) -> float:
+    """Compile every bucket's graph now over a scratch cache (a progress bar per width);
+    the seconds spent."""
+    before = step.compile_seconds
+    cache: StaticKVCache = new_static_cache(model, device, 2 * BUCKETS[-1] + 8)
+    with torch.inference_mode():
+        _allocate(model, device, cache)
+        for bucket in tqdm(BUCKETS, desc=f"compiling {_describe(model)} (jit)", unit="width", leave=False):
+            step.run(cache, [0] * bucket)
+            cache.trim(1)
+    return step.compile_seconds - before
+
+
+def _allocate(model: torch.nn.Module, device: torch.device, cache: StaticKVCache) -> None:
+    """One eager forward of one token: it allocates the cache's buffers, as a session's prefill does."""
+    cache.begin(1)
+    model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), past_key_values=cache, use_cache=True)
+    cache.commit(1)
+
+
+def _describe(model: torch.nn.Module) -> str:
+    config = model.config.get_text_config(decoder=True)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return f"{type(model).__name__} ({config.num_hidden_layers} layers, {dtype})"
