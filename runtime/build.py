@@ -160,35 +160,50 @@ def _check_chain(plan: Plan) -> None:
         raise PlanError(f"the last stage is verified by {plan.stages[-1].verifier!r}, not the target; fix the plan")
 
 
-def _stage_shape(stage) -> dict:
+def stage_shape_arguments(stage) -> dict:
     """StageRunner / SpeculativeEngine keyword arguments for a stage's draft shape."""
     if stage.shape.kind == "sequence":
         return {"gamma": stage.shape.gamma}
     return {"tree": tree_shape(stage.shape)}
 
 
-def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
-                 runtime: RuntimeMode = EAGER) -> SpeculativeEngine:
-    """The engine that executes ``plan`` on ``target`` (plain decoding when it has no stages).
-
-    A plan of several stages (bottom first) becomes a chain: every middle model is a
-    :class:`HierarchyDrafter` over its own stage and its own KV cache (HSD, arXiv 2510.19705).
-    """
-    if profile.model(plan.target) is None or profile.target.id != plan.target:
-        raise PlanError(f"plan's target {plan.target!r} is not the profile's target; re-run `specplan plan`")
-    stop = eos_ids(target)
-    if not plan.stages:
-        return SpeculativeEngine(target.model, device, stop, runtime=runtime)
-    _check_chain(plan)
-    drafter = _bottom_drafter(plan.stages[0], profile, target, device, runtime)
-    for below in plan.stages[:-1]:
+def build_drafter_chain(stages, profile: Profile, target: LoadedModel, device: torch.device, stop: set[int],
+                        runtime: RuntimeMode = EAGER):
+    """The drafter the top stage of ``stages`` (bottom first) verifies with: the bottom drafter, wrapped
+    in a :class:`HierarchyDrafter` per middle model (its own stage and KV cache; HSD, arXiv 2510.19705)."""
+    drafter = _bottom_drafter(stages[0], profile, target, device, runtime)
+    for below in stages[:-1]:
         middle = parse_drafter_spec(drafter_source(profile, below.verifier))
         if middle.is_retrieval or middle.kind == "head":
             kind = "retrieval drafter" if middle.is_retrieval else "draft head"
             raise PlanError(f"{below.verifier!r} verifies a stage but is a {kind}, not a model; fix the plan")
         session = ModelSession(_drafter_network(middle, target, device), device, runtime=runtime)
-        runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **_stage_shape(below))
+        runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **stage_shape_arguments(below))
         drafter = HierarchyDrafter(below.verifier, runner, stop)
+    return drafter
+
+
+def check_stages(plan: Plan, profile: Profile) -> None:
+    """The plan's target is the profile's and its stages form a chain into it (PlanError otherwise)."""
+    if profile.model(plan.target) is None or profile.target.id != plan.target:
+        raise PlanError(f"plan's target {plan.target!r} is not the profile's target; re-run `specplan plan`")
+    if plan.stages:
+        _check_chain(plan)
+
+
+def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
+                 runtime: RuntimeMode = EAGER) -> SpeculativeEngine:
+    """The engine that executes ``plan``'s stages on ``target`` (plain decoding when it has none).
+
+    A plan of several stages (bottom first) becomes a chain: every middle model is a
+    :class:`HierarchyDrafter` over its own stage and its own KV cache (HSD, arXiv 2510.19705).
+    An adaptive plan's other candidates are built by :mod:`specplan.runtime.adaptive_build`.
+    """
+    check_stages(plan, profile)
+    stop = eos_ids(target)
+    if not plan.stages:
+        return SpeculativeEngine(target.model, device, stop, runtime=runtime)
+    drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
     return SpeculativeEngine(target.model, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
-                             **_stage_shape(top))
+                             **stage_shape_arguments(top))

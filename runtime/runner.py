@@ -15,6 +15,8 @@ from specplan.core.contract import check_contract
 from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 from specplan.core.prompts import Prompt
+from specplan.runtime.adaptive import AdaptiveEngine, AdaptiveResult
+from specplan.runtime.adaptive_build import build_adaptive_engine
 from specplan.runtime.build import build_engine, eos_ids
 from specplan.runtime.context import check_fits, draft_width, model_context
 from specplan.models.chat import encode_prompt
@@ -69,6 +71,7 @@ class RunResult:
     stages: tuple[dict, ...]
     predicted_tokens_per_s: float
     plain: PlainComparison | None = None
+    adaptive: dict | None = None  # an adaptive plan's `configurations`, `switches`, `replans`, `adaptive_seconds`
 
     @property
     def new_tokens(self) -> int:
@@ -83,6 +86,8 @@ class RunResult:
             "mean_accepted": round(self.mean_accepted, 4), "stages": [dict(stage) for stage in self.stages],
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
         }
+        if self.adaptive is not None:
+            record.update(self.adaptive)
         if self.plain is not None:
             record["plain_tokens_per_s"] = round(self.plain.tokens_per_s, 3)
             record["speedup"] = round(self.plain.speedup, 4) if self.plain.speedup is not None else None
@@ -91,6 +96,14 @@ class RunResult:
                 record["first_divergence"] = self.plain.divergence
                 record["divergence_gap"] = None if self.plain.gap is None else round(self.plain.gap, 4)
         return record
+
+
+def adaptive_record(result: GenerationResult) -> dict | None:
+    """The ``run --json`` fields of an adaptive plan's generation (None for a static plan)."""
+    if not isinstance(result, AdaptiveResult):
+        return None
+    return {"configurations": [use.as_record() for use in result.configurations], "switches": result.switches,
+            "replans": result.replans, "adaptive_seconds": round(result.adaptive_seconds, 4)}
 
 
 def profiled_runtime(profile: Profile) -> RuntimeMode:
@@ -103,7 +116,7 @@ class PlanRunner:
     plan: Plan
     profile: Profile
     target: LoadedModel
-    engine: SpeculativeEngine
+    engine: SpeculativeEngine | AdaptiveEngine
     plain: SpeculativeEngine
     device: torch.device
     runtime: RuntimeMode = EAGER
@@ -125,7 +138,10 @@ class PlanRunner:
             warnings.warn(f"the profile measured the {profile.target.mode} runtime but this run uses "
                           f"{runtime.profile_label} (--runtime / SPECPLAN_RUNTIME): the plan's predictions assume "
                           "the profiled one")
-        engine = build_engine(plan, profile, target, device, runtime)
+        if plan.adaptive is not None:
+            engine = build_adaptive_engine(plan, profile, target, device, runtime)
+        else:
+            engine = build_engine(plan, profile, target, device, runtime)
         plain = SpeculativeEngine(target.model, device, eos_ids(target), runtime=runtime)
         return cls(plan, profile, target, engine, plain, device, runtime)
 
@@ -177,7 +193,7 @@ class PlanRunner:
             seconds=result.seconds, tokens_per_s=result.tokens_per_s, target_forwards=result.target_forwards,
             mean_accepted=result.mean_accepted,
             stages=tuple(stats.as_record() for stats in result.stages if stats.drafter != "none"),
-            predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain)
+            predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain, adaptive=adaptive_record(result))
 
     def summary_line(self, result: RunResult) -> str:
         line = (f"[specplan] {result.new_tokens} tokens in {result.seconds:.2f} s: {result.tokens_per_s:.1f} tok/s, "

@@ -16,6 +16,7 @@ as its own autoregressive samples).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -92,6 +93,9 @@ class StageRunner:
         self.tree = tree if drafter is not None else None
         self.names = names
         self.pending: list[int] = []  # catch-up tokens folded into the next verify forward
+        # called with every verifier forward: (tokens [n], logits [n, vocab], parents [n] or None for a
+        # chain); an adaptive plan's live acceptance reads the target's rows here (runtime/live_acceptance.py)
+        self.listeners: list[Callable[[list[int], torch.Tensor, tuple[int, ...] | None], None]] = []
         if drafter is not None:  # a draft head reads the verifier's hidden states
             drafter.attach_verifier(verifier)
 
@@ -112,10 +116,15 @@ class StageRunner:
     def new_stats(self) -> StageStats:
         return StageStats(*self.names)
 
-    def observe(self, tokens: list[int], logits: torch.Tensor) -> None:
-        """Show a verifier forward (tokens [n], logits [n, vocab]) to a drafter that learns from it."""
-        if self.drafter is not None and tokens:
+    def observe(self, tokens: list[int], logits: torch.Tensor, parents: tuple[int, ...] | None = None) -> None:
+        """Show a verifier forward (tokens [n], logits [n, vocab]; ``parents`` [n] of a tree, None for
+        a chain) to a drafter that learns from it and to the listeners."""
+        if not tokens:
+            return
+        if self.drafter is not None:
             self.drafter.observe(tokens, logits)
+        for listener in self.listeners:
+            listener(tokens, logits, parents)
 
     def catch_up(self, committed: list[int], fold: bool = False) -> None:
         """Bring the verifier's cache to ``committed[:-1]``: rewind, then one forward over what it lacks.
@@ -142,7 +151,7 @@ class StageRunner:
         prefix, self.pending = self.pending, []
         shape = tree.after_chain(prefix) if tree is not None and prefix else tree
         logits = self.verifier.extend([*prefix, *tokens], tree=shape)  # [len(prefix) + n, vocab]
-        self.observe([*prefix, *tokens], logits)
+        self.observe([*prefix, *tokens], logits, shape.parents if shape is not None else None)
         return logits[len(prefix):], len(prefix)
 
     def _keep(self, past: int, folded: int, nodes) -> None:

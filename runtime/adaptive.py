@@ -1,0 +1,257 @@
+"""The closed-loop engine: an adaptive plan's candidates share one target session, and the stage
+configuration is re-solved from the request's live acceptance between rounds
+(docs/planner-math.md section 12; SmartSpec, arXiv 2406.14066, chooses a draft length per request
+from observed acceptance; EAGLE-2, arXiv 2406.16858, and DySpec, arXiv 2410.11744, adapt a tree
+inside a round; here the whole configuration, drafter, shape and hierarchy, is re-solved).
+
+Lossless: every round is one of the ordinary stage rounds (:mod:`specplan.runtime.stage`), each
+lossless for the target whatever drafter proposed (section 5), and the target's cache invariant
+(every committed token but the last) holds after every round, so the next round may be played
+by any configuration. Which configuration plays round k is a function of the tokens committed
+before it only (the scores and the posterior are computed from them), never of round k's draft
+or coin flips: so greedy output is the target's own greedy decoding, and sampled output is
+distributed as the target's (the choice is a stopping rule on the past, and each round's
+output given the past is the target's conditional).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specplan.core.plan import Stage
+from specplan.core.plan_adaptive import AdaptiveSettings
+from specplan.planner.posterior import posterior_entry
+from specplan.planner.replan import Replanner
+from specplan.planner.solve import summarize
+from specplan.runtime.drafters.base import Drafter, SamplingConfig
+from specplan.runtime.engine import GenerationResult
+from specplan.runtime.live_acceptance import LiveAcceptance
+from specplan.runtime.session import ModelSession
+from specplan.runtime.stage import StageRunner, StageStats
+from specplan.runtime.timing import now
+
+# A switching rule for tests and measurements: (round index, committed tokens) -> candidate index
+# to play the round with, or None to keep the re-planner's choice.
+Policy = Callable[[int, list[int]], "int | None"]
+
+
+@dataclass(frozen=True)
+class ConfigurationUse:
+    """One configuration a request ran: its stages, the rounds it played and the tokens they committed."""
+
+    summary: str
+    stages: tuple[Stage, ...]
+    rounds: int
+    tokens: int
+
+    def as_record(self) -> dict:
+        return {"configuration": self.summary, "rounds": self.rounds, "tokens": self.tokens}
+
+
+@dataclass(frozen=True)
+class AdaptiveResult(GenerationResult):
+    """A generation by an adaptive plan: also which configurations ran, how often it switched,
+    and the seconds spent scoring and re-planning (``adaptive_seconds``, inside ``seconds``)."""
+
+    configurations: tuple[ConfigurationUse, ...] = ()
+    switches: int = 0
+    replans: int = 0
+    adaptive_seconds: float = 0.0
+
+
+class Family:
+    """One candidate family: its drafter (built once) and a StageRunner per shape the re-solve picks."""
+
+    def __init__(self, target: ModelSession, drafter: Drafter | None, make_runner: Callable[[Stage], StageRunner],
+                 one_stage: bool = True):
+        self.drafter = drafter
+        self.one_stage = one_stage  # its drafter is verified by the target itself
+        self.make_runner = make_runner
+        self.runners: dict[Stage, StageRunner] = {}
+        self.target = target
+
+    def runner(self, stages: tuple[Stage, ...]) -> StageRunner:
+        if not stages:
+            return self.runners.setdefault(None, StageRunner(self.target, None))
+        top = stages[-1]
+        if top not in self.runners:
+            self.runners[top] = self.make_runner(top)
+        return self.runners[top]
+
+
+class CandidateDrafters(Drafter):
+    """Every candidate's drafter as one (the bench records their sessions; ``reset`` resets all)."""
+
+    name = "adaptive"
+
+    def __init__(self, drafters: list[Drafter]):
+        self.drafters = drafters
+
+    def reset(self) -> None:
+        for drafter in self.drafters:
+            drafter.reset()
+
+    def sessions(self) -> list[ModelSession]:
+        seen, result = set(), []
+        for drafter in self.drafters:
+            for session in drafter.sessions():
+                if id(session) not in seen:
+                    seen.add(id(session))
+                    result.append(session)
+        return result
+
+
+class AdaptiveEngine:
+    """Runs an adaptive plan: ``families[i]`` plays candidate i of ``settings``; ``live`` scores the
+    drafters on the committed tokens; ``replanner`` re-solves; ``policy`` (tests) forces a choice."""
+
+    def __init__(self, target: ModelSession, device: torch.device, eos_ids: set[int], families: list[Family],
+                 settings: AdaptiveSettings, replanner: Replanner, live: LiveAcceptance, policy: Policy | None = None):
+        self.target = target
+        self.device = device
+        self.eos_ids = set(eos_ids)
+        self.families = families
+        self.settings = settings
+        self.replanner = replanner
+        self.live = live
+        self.policy = policy
+        self.drafter = CandidateDrafters([f.drafter for f in families if f.drafter is not None])
+        # Token Recycling drafters of one-stage candidates learn from every target forward, whichever
+        # candidate played it, so that their tables are current when the re-planner picks them
+        self.learners = [f.drafter for f in families if f.drafter is not None and f.drafter.learns_from_verifier
+                         and f.one_stage]
+        self.wired: set[int] = set()
+        self.scored = sorted({c.stages[-1].drafter for c in settings.candidates if c.stages} | set(live.scores))
+
+    def entries(self) -> dict:
+        """Posterior acceptance entry of every drafter with a prior in the profile (drafter id -> entry)."""
+        result = {}
+        for drafter in self.scored:
+            prior = self.replanner.prior(drafter)
+            if prior is not None:
+                result[drafter] = posterior_entry(prior, self.live.counts(drafter), self.settings.prior_weight)
+        return result
+
+    def _runner(self, index: int, stages: tuple[Stage, ...]) -> StageRunner:
+        runner = self.families[index].runner(stages)
+        if id(runner) not in self.wired:
+            self.wired.add(id(runner))
+            runner.listeners.append(self.live.record)
+            for learner in self.learners:
+                if learner is not runner.drafter:
+                    runner.listeners.append(lambda tokens, logits, parents, learner=learner: learner.observe(tokens, logits))
+        return runner
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
+                 on_commit: Callable[[list[int]], None] | None = None) -> AdaptiveResult:
+        loop = _Loop(self, prompt_ids, sampling)
+        while True:
+            chunk = loop.round(max_new_tokens - len(loop.new_tokens))
+            if on_commit is not None:
+                on_commit(chunk)
+            if len(loop.new_tokens) >= max_new_tokens or loop.stop_reason == "eos":
+                return loop.result()
+            loop.after_round()  # between rounds only: scores, re-plan, switch
+
+
+class _Loop:
+    """One request's decoding loop: rounds, the live scores and the switching rule."""
+
+    def __init__(self, engine: AdaptiveEngine, prompt_ids: list[int], sampling: SamplingConfig):
+        self.engine = engine
+        self.sampling = sampling
+        self.generator = torch.Generator().manual_seed(sampling.seed)
+        self.committed = list(prompt_ids)
+        self.new_tokens: list[int] = []
+        self.per_forward: list[int] = []
+        self.stop_reason = "max_new_tokens"
+        self.index, self.stages = 0, engine.settings.candidates[0].stages
+        self.uses: dict[tuple, list] = {}
+        self.stats: dict[tuple[str, str], StageStats] = {}
+        self.switches = self.replans = self.since = 0
+        self.adaptive_seconds = 0.0
+        self.start = now(engine.device)
+        engine.target.reset()
+        engine.drafter.reset()
+        engine.live.reset(len(prompt_ids))
+        self.alphas = self._alphas(engine.entries())
+        engine.live.begin_forward(0)
+        engine._runner(self.index, self.stages).catch_up(self.committed)  # the prefill
+
+    def round(self, remaining: int) -> list[int]:
+        engine = self.engine
+        runner = engine._runner(self.index, self.stages)
+        engine.live.begin_forward(len(self.committed) - 1)
+        result = runner.play(self.committed, remaining, self.sampling, self.generator)
+        chunk = result.chunk[:remaining]
+        for position, token in enumerate(chunk):
+            if token in engine.eos_ids:
+                chunk, self.stop_reason = chunk[: position + 1], "eos"
+                break
+        self.per_forward.append(len(chunk))
+        self.committed.extend(chunk)
+        self.new_tokens.extend(chunk)
+        top = self.stages[-1] if self.stages else None
+        key = (top.drafter, top.verifier) if top else ("none", "target")
+        self.stats.setdefault(key, StageStats(*key)).add(result)
+        use = self.uses.setdefault(summarize(self.stages, engine.replanner.target), [self.stages, 0, 0])
+        use[1] += 1
+        use[2] += len(chunk)
+        if top is not None and len(self.stages) == 1 and top.shape.kind == "sequence" \
+                and top.drafter not in engine.live.scores:
+            engine.live.observe_chain(top.drafter, min(top.shape.gamma, remaining - 1), len(result.chunk) - 1)
+        return chunk
+
+    def after_round(self) -> None:
+        """Score the committed tokens, and re-plan when the rule says so (timed as overhead)."""
+        engine = self.engine
+        begin = now(engine.device)
+        engine.live.commit(self.committed)
+        self.since += 1
+        forced = engine.policy(len(self.per_forward), self.committed) if engine.policy is not None else None
+        if forced is not None:
+            self._switch(forced, engine.settings.candidates[forced].stages)
+        elif self.since >= engine.settings.every or self._moved():
+            self._replan()
+        self.adaptive_seconds += now(engine.device) - begin
+
+    def _alphas(self, entries: dict) -> dict[str, float]:
+        return {drafter: entry.alpha for drafter, entry in entries.items()}
+
+    def _moved(self) -> bool:
+        alphas = self._alphas(self.engine.entries())
+        return any(abs(alpha - self.alphas.get(drafter, alpha)) > self.engine.settings.threshold
+                   for drafter, alpha in alphas.items())
+
+    def _replan(self) -> None:
+        entries = self.engine.entries()
+        self.alphas = self._alphas(entries)
+        self.since = 0
+        self.replans += 1
+        choice = self.engine.replanner.choose(entries)
+        current, _ = self.engine.replanner.cost(self.engine.settings.candidates[self.index], entries)
+        if choice.ms_per_token < current * (1 - self.engine.settings.margin):
+            self._switch(choice.index, choice.stages)
+        elif choice.index == self.index:
+            self._switch(choice.index, choice.stages)  # the same family, its re-solved shape
+
+    def _switch(self, index: int, stages: tuple[Stage, ...]) -> None:
+        if (index, stages) != (self.index, self.stages):
+            self.switches += 1
+            self.index, self.stages = index, stages
+
+    def result(self) -> AdaptiveResult:
+        engine = self.engine
+        seconds = now(engine.device) - self.start
+        below = [stats for family in engine.families if family.drafter is not None
+                 for stats in family.drafter.stage_stats()]
+        stages = tuple(stats for stats in below if stats.verify_forwards) + tuple(self.stats.values())
+        uses = tuple(ConfigurationUse(summary, stages_, rounds, tokens)
+                     for summary, (stages_, rounds, tokens) in self.uses.items())
+        return AdaptiveResult(
+            tuple(self.new_tokens), seconds, len(self.per_forward), tuple(self.per_forward),
+            sum(s.draft_seconds for s in self.stats.values()), sum(s.verify_seconds for s in self.stats.values()),
+            self.stop_reason, stages, uses, self.switches, self.replans, self.adaptive_seconds)
