@@ -10,6 +10,8 @@ from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
 from specplan.planner.export import describe, engine_support, export_plan
 from specplan.planner.export_models import ModelNames
+from specplan.planner.export_schedule import export_schedule, vllm_schedule_command
+from specplan.core.profile import batch_sizes
 from specplan.planner.options import runtime_options
 
 
@@ -41,6 +43,20 @@ def model_names(profile, engine: str) -> ModelNames:
     return ModelNames(profile.target.source, profile.device.kind, tuple(found))
 
 
+def _draft_tokens(stage) -> int:
+    if stage is None:
+        return 0
+    return stage.shape.gamma if stage.shape.kind == "sequence" else (len(stage.shape.parents) or stage.shape.budget) - 1
+
+
+def _schedule_record(schedule) -> dict:
+    return {"per_batch": schedule.per_batch, "ranges": [list(entry) for entry in schedule.ranges],
+            "rows": [{"batch": row.batch, "draft_tokens": _draft_tokens(row.stage),
+                      "engine_ms_per_token": row.engine_ms, "best_engine_ms_per_token": row.best_engine_ms,
+                      "unrestricted_ms_per_token": row.unrestricted_ms, "loss": row.loss,
+                      "one_setting_loss": row.fixed_loss} for row in schedule.rows]}
+
+
 def command(args) -> int:
     """``specplan export PLAN --engine E``: the engine's own config on stdout, the story on stderr."""
     engine_support(args.engine)  # an unknown engine fails before any file is read
@@ -49,11 +65,17 @@ def command(args) -> int:
     result = export_plan(profile, args.engine, options, profile_path=str(profile_path),
                          profile_sha256=file_sha256(profile_path), names=model_names(profile, args.engine))
     lines = describe(result)
+    schedule, config = None, result.config
+    if len(batch_sizes(profile)) > 1:  # T(n, b): the setting per batch size, or the loss of one setting
+        schedule = export_schedule(profile, args.engine, options, names=model_names(profile, args.engine))
+        lines += schedule.lines()
+        if schedule.ranges:
+            config = vllm_schedule_command(result.config, schedule.ranges)
     if plan.device.get("source") == "roofline":
         lines.insert(0, f"latencies modelled for {plan.device.get('sku')} (roofline), acceptance measured")
     if args.json:
         print(json.dumps({
-            "engine": result.engine, "config": result.config, "plan": str(args.plan),
+            "engine": result.engine, "config": config, "plan": str(args.plan),
             "engine_plan": result.restricted.plan.summary(),
             "engine_ms_per_token": result.restricted.plan.predicted.ms_per_token,
             "engine_speedup": result.restricted.plan.predicted.speedup,
@@ -61,9 +83,10 @@ def command(args) -> int:
             "unrestricted_ms_per_token": result.unrestricted.plan.predicted.ms_per_token,
             "loss": result.loss, "left_out": list(result.excluded), "not_writable_yet": list(result.unwritable),
             "engine_limits": list(result.limits), "notes": list(result.notes),
+            **({"schedule": _schedule_record(schedule)} if schedule is not None else {}),
         }))
     else:
-        print(result.config)
+        print(config)
     for line in lines:
         sys.stderr.write(f"specplan: {line}\n")
     return 0
