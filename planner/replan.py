@@ -113,7 +113,7 @@ class Replanner:
         key = (stage.drafter, accept)
         if key not in self.trees:
             self.trees[key] = choose_tree(accept, lambda width: self.draft_ms(stage.drafter, width), target,
-                                          self.settings.max_budget, MAX_DEPTH) if any(accept) else None
+                                          self.settings.max_budget, MAX_DEPTH)
         choice = self.trees[key]
         if choice is None or not math.isfinite(choice.ms_per_token):
             return candidate.ms_per_token, candidate.stages
