@@ -15,6 +15,7 @@ from specplan.core.profile import Profile, batch_sizes, load_profile
 from specplan.core.yamlio import file_sha256
 from specplan.planner import explain as explain_result
 from specplan.planner.explain_schedule import schedule_table
+from specplan.planner.adaptive_plan import make_adaptive
 from specplan.planner.options import runtime_options
 from specplan.planner.batch import scheduled_batches
 from specplan.planner.schedule import with_schedule
@@ -42,6 +43,9 @@ def add_parser(commands) -> None:
     add_batch_sizes_option(parser, "the batch sizes of the schedule (plan.yaml `schedule`): a subset of those PROFILE "
                                    "measured (default: all), or with --sku those modelled (default 1,2,4,...,256 up to "
                                    "the SKU's memory)")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="write a closed-loop plan: the runtime re-solves among the best configurations from each "
+                             "request's live acceptance (plan.yaml `adaptive`, docs/guide.md)")
     parser.set_defaults(handler="plan")
 
 
@@ -64,17 +68,22 @@ def _scheduled(plan: Plan, profile: Profile, options, batches: tuple[int, ...] |
 
 def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
                      temperature: float, explain: bool, stages: int | None = None,
-                     batches: tuple[int, ...] | None = None) -> Plan:
+                     batches: tuple[int, ...] | None = None, adaptive: bool = False) -> Plan:
     options = runtime_options(max_budget, max_depth, temperature)
     relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
     solution = solve_detailed(profile, options, stages=stages, profile_path=relative,
                               profile_sha256=file_sha256(profile_path))
     plan, result = solution.plan, solution.result
     plan, scheduled = _scheduled(plan, profile, options, batches)
+    if adaptive:
+        plan = make_adaptive(plan, result.candidates, profile)
     save_plan(plan, plan_path)
     predicted = plan.predicted
     print(f"specplan: wrote {plan_path}: {plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
           f"{predicted.speedup:.2f}x over plain decoding")
+    if plan.adaptive is not None:
+        print(f"specplan: adaptive: {len(plan.adaptive.candidates)} candidate configurations, re-solved from each "
+              f"request's acceptance every {plan.adaptive.every} target rounds")
     if stages is not None and plan.stages != result.plan.stages:
         print(f"specplan: (the overall best is {result.plan.summary()}, predicted "
               f"{result.plan.predicted.tokens_per_s:.1f} tok/s)")
@@ -106,6 +115,7 @@ def command(args) -> int:
     if batches is not None:
         _check_batches(profile, batches)  # before any solving: one line, no work
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
-                     temperature=args.temperature, explain=args.explain, stages=args.stages, batches=batches)
+                     temperature=args.temperature, explain=args.explain, stages=args.stages, batches=batches,
+                    adaptive=args.adaptive)
     return 0
 
