@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--drafter", default=None, help="also compare the best plans with and without this drafter id")
     parser.add_argument("--only", default=None, help="comma list of plan names to run beside plain (e.g. best-hierarchy)")
     parser.add_argument("--json", default=None, help="write the table and per-prompt rows here")
-    parser.add_argument("--runtime", choices=("eager", "static", "compiled"), default=None,
+    parser.add_argument("--runtime", choices=("eager", "static", "compiled", "jit"), default=None,
                         help="the runtime of every plan and of plain (default: SPECPLAN_RUNTIME, else eager)")
     args = parser.parse_args()
     runtime = runtime_from_environment(args.runtime)

@@ -11,9 +11,11 @@ from specplan.core.runtime_modes import ENVIRONMENT_VARIABLE, RuntimeMode, runti
 def add_runtime_option(parser, from_plan: bool = False) -> None:
     """``--runtime``; ``from_plan``: a verb that runs a plan defaults to the runtime its profile measured."""
     fallback = "the runtime the plan's profile measured" if from_plan else "eager"
-    parser.add_argument("--runtime", choices=("eager", "static", "compiled"), default=None,
+    parser.add_argument("--runtime", choices=("eager", "static", "compiled", "jit"), default=None,
                         help="how models run: eager, static (preallocated KV cache), compiled "
-                             "(static cache + torch.compile'd steps; compiles once per model, minutes on CPU); "
+                             "(static cache + steps compiled ahead of time: built once per model into "
+                             "$SPECPLAN_CACHE/aot, minutes on CPU, then loaded in about a second; see "
+                             "`specplan compile`), jit (torch.compile in every process); "
                              f"default: SPECPLAN_RUNTIME, else {fallback}")
 
 

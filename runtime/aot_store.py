@@ -20,6 +20,7 @@ import json
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,10 +121,12 @@ def build_package(model: torch.nn.Module, device: torch.device, key: PackageKey,
     compiled in a temporary folder beside it and moved into place before ``package.yaml`` is
     written, so an interrupted build leaves no package that looks complete."""
     begin = time.perf_counter()
-    program = export_step(model, device)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / META_FILE).unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as scratch:
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as scratch, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's own pytree deprecations while tracing
+        warnings.simplefilter("ignore", DeprecationWarning)
+        program = export_step(model, device)
         built = Path(scratch) / PACKAGE_FILE
         options = {"aot_inductor.package_constants_in_so": False}
         torch._inductor.aoti_compile_and_package(program, package_path=str(built), inductor_configs=options)

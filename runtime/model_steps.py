@@ -6,6 +6,10 @@ else built now, before anything runs (minutes on CPU, once per architecture, dty
 torch version; a line on stderr says so). If export or AOT compilation fails, one line says
 which model and why, and the step falls back to :class:`specplan.runtime.compiled.CompiledStep`
 with every width compiled up front under a progress bar, so no compile lands inside a prompt.
+
+On CUDA, ``compiled`` runs the in-process path (``mode="reduce-overhead"``: CUDA graphs per
+bucket), because an AOTInductor package replays no CUDA graph and packages have not yet been
+validated on a GPU (issue 22, item 3: run ``scripts/gpu-check.sh`` when one is lent).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ _AHEAD: "weakref.WeakKeyDictionary[torch.nn.Module, AotStep | None]" = weakref.W
 
 def model_step(model: torch.nn.Module, device: torch.device, runtime: RuntimeMode) -> AotStep | CompiledStep:
     """The process-wide compiled step of ``model`` for ``runtime`` (created on first use)."""
-    if runtime.ahead_of_time:
+    if runtime.ahead_of_time and device.type == "cpu":  # CUDA: reduce-overhead (CUDA graphs), below
         if model not in _AHEAD:
             _AHEAD[model] = ahead_of_time_step(model, device)
         step = _AHEAD[model]

@@ -88,3 +88,15 @@ def test_empty_prompts_file(capsys, plan_files):
 def test_bad_numbers(capsys, plan_files):
     code, err = run_cli(["run", str(plan_files / "plan.yaml"), "--max-new-tokens", "0"], capsys)
     assert_one_line_error(code, err, "--max-new-tokens")
+
+
+def test_compile_of_an_unknown_model_is_one_line(capsys):
+    code, err = run_cli(["compile", "no-such-model"], capsys)
+    assert_one_line_error(code, err, "unknown model")
+
+
+def test_jit_is_a_runtime_choice():
+    from specplan.cli.main import build_parser
+
+    args = build_parser().parse_args(["run", "plan.yaml", "--runtime", "jit"])
+    assert args.runtime == "jit"
