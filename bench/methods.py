@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specplan.bench.metrics import Measurement
+from specplan.runtime.adaptive import AdaptiveResult
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.session import ModelSession
@@ -102,4 +103,6 @@ class EngineMethod:
             draft_seconds=result.draft_seconds,
             verify_forward_seconds=sum(seconds for _, seconds in calls),
             verify_widths=tuple(width for width, _ in calls),
+            configurations=tuple(use.as_record() for use in result.configurations)
+            if isinstance(result, AdaptiveResult) else (),
         )

@@ -37,6 +37,7 @@ class Measurement:
     draft_seconds: float | None = None  # drafting (drafter forwards, lookups), runtime methods only
     verify_forward_seconds: float | None = None  # target forwards after the prefill, runtime methods only
     verify_widths: tuple[int, ...] = ()  # [target_forwards] new tokens in each verify forward (runtime)
+    configurations: tuple[dict, ...] = ()  # an adaptive plan's: each configuration that ran, its rounds and tokens
 
     @property
     def new_tokens(self) -> int:
@@ -103,6 +104,7 @@ class Row:
             "divergence_index": None if self.check is None else self.check.index,
             "divergence_gap": None if self.check is None else finite_or_none(self.check.gap),
             "near_tie": None if self.check is None else self.check.near_tie, "token_ids": list(m.token_ids),
+            **({"configurations": list(m.configurations)} if m.configurations else {}),
         }
 
 

@@ -196,3 +196,17 @@ def test_the_re_planner_moves_to_the_drafter_the_request_favours():
     assert list(result.token_ids) == reference_greedy(target, prompt, 30)
     used = {use.summary: use.rounds for use in result.configurations}
     assert result.switches >= 1 and any(summary.startswith("ngram-3") for summary in used)
+
+
+def test_bench_rows_report_which_configurations_ran():
+    from specplan.bench.methods import EngineMethod
+    from specplan.bench.metrics import Row
+
+    target = tiny_llama("sdpa", seed=0)
+    engine = engine_for(target, cycling(3))
+    engine.eos_ids = set()
+    measurement = EngineMethod("plan", "plan", engine, SamplingConfig(), "adaptive").run(PROMPTS[0], 12)
+    record = Row("p", "c", "plan", measurement, None, 1.0).to_dict()
+    assert [use["configuration"] for use in record["configurations"]][:2] == [
+        "recycle -> target (sequence gamma 2)", "ngram-3 -> target (tree 4 nodes depth 2)"]
+    assert sum(use["rounds"] for use in record["configurations"]) == measurement.target_forwards
