@@ -65,18 +65,16 @@ class AdaptiveResult(GenerationResult):
 class Family:
     """One candidate family: its drafter (built once) and a StageRunner per shape the re-solve picks."""
 
-    def __init__(self, target: ModelSession, drafter: Drafter | None, make_runner: Callable[[Stage], StageRunner],
+    def __init__(self, target: ModelSession, drafter: Drafter | None, make_runner: Callable[[Stage | None], StageRunner],
                  one_stage: bool = True):
         self.drafter = drafter
         self.one_stage = one_stage  # its drafter is verified by the target itself
         self.make_runner = make_runner
-        self.runners: dict[Stage, StageRunner] = {}
+        self.runners: dict[Stage | None, StageRunner] = {}
         self.target = target
 
     def runner(self, stages: tuple[Stage, ...]) -> StageRunner:
-        if not stages:
-            return self.runners.setdefault(None, StageRunner(self.target, None))
-        top = stages[-1]
+        top = stages[-1] if stages else None  # None: plain decoding
         if top not in self.runners:
             self.runners[top] = self.make_runner(top)
         return self.runners[top]
