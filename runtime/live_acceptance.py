@@ -24,13 +24,13 @@ A model drafter is scored only from the rounds it actually drafts (:meth:`LiveAc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 
 from specplan.planner.posterior import LiveCounts
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.recycle import RecycleDrafter
 
 ROW_TOP = 8  # top-k of each target row kept for Token Recycling's table
 
@@ -51,15 +51,12 @@ class _Replay:
         """Show the drafter the request up to a round's root ``committed[-1]`` (``prepare``: index
         the text now, for a table read through ``successors``; a proposal indexes it itself)."""
         root = len(committed) - 1
-        if self.drafter.learns_from_verifier and root > self.fed:
+        if isinstance(self.drafter, RecycleDrafter) and root > self.fed:
             positions = [p for p in range(self.fed, root) if p in self.rows]
             if positions:
-                vocab = max(int(self.rows[p][0].max()) for p in positions) + 1
-                logits = torch.full((len(positions), vocab), -math.inf)  # [n, vocab]: the kept top-k only
-                for row, position in enumerate(positions):
-                    ids, values = self.rows[position]
-                    logits[row, ids] = values
-                self.drafter.observe([committed[p] for p in positions], logits)
+                ids = torch.stack([self.rows[p][0] for p in positions])  # [n, k]
+                probs = torch.exp(torch.stack([self.rows[p][1] for p in positions]))  # [n, k]
+                self.drafter.table.update_top([committed[p] for p in positions], ids, probs)
             self.fed = root
         if prepare:
             self.drafter.prepare(committed)
@@ -155,7 +152,7 @@ class LiveAcceptance:
 
     def record(self, tokens: list[int], logits: torch.Tensor, parents: tuple[int, ...] | None) -> None:
         """A target forward (listener): keep its rows' top-k until the round tells which are committed."""
-        if not any(score.tree.drafter.learns_from_verifier for score in self.scores.values()):
+        if not any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values()):
             return
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # [n, vocab]
         top = torch.topk(log_probs, min(ROW_TOP, log_probs.shape[-1]), dim=-1)

@@ -40,7 +40,12 @@ class SuccessorTable:
         logits = logits.float()
         top = torch.topk(logits, min(self.top_k, logits.shape[-1]), dim=-1)  # [n, k]
         probs = torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True))  # [n, k]
-        for token, successors, weights in zip(tokens, top.indices.tolist(), probs.tolist()):
+        self.update_top(tokens, top.indices, probs)
+
+    def update_top(self, tokens: Sequence[int], ids: torch.Tensor, probs: torch.Tensor) -> None:
+        """Overwrite the rows of ``tokens`` [n] from their rows' top successors ``ids`` [n, k] and
+        probabilities ``probs`` [n, k], best first (what :meth:`update` keeps of full logits)."""
+        for token, successors, weights in zip(tokens, ids[:, : self.top_k].tolist(), probs[:, : self.top_k].tolist()):
             self.rows[int(token)] = (tuple(successors), tuple(weights))
 
 
