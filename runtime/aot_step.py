@@ -14,8 +14,9 @@ states [1, width, hidden]. Three dimensions are dynamic, so one package serves e
 
 Weights are not inside the package (``aot_inductor.package_constants_in_so = False``): the
 loaded package reads the model's own parameter tensors (``load_constants(...,
-user_managed=True)``), so it holds no second copy and one package serves every model of the
-same architecture, dtype and device (:mod:`specplan.runtime.aot_store` keys it that way).
+user_managed=True)``) and folds its prepacked copies from them at load (inductor ``freezing``
+with runtime constant folding), so one package serves every model of the same architecture,
+dtype and device (:mod:`specplan.runtime.aot_store` keys it that way).
 Attention is transformers' ``eager`` implementation (matmul, softmax, matmul), as in the JIT
 path, because its mask is the same 4-D additive mask for chains and trees.
 """
@@ -28,7 +29,7 @@ from specplan.runtime.compiled import ATTENTION, attention_implementation, padde
 from specplan.runtime.static_cache import StaticKVCache
 
 MAX_WIDTH = 64  # new tokens per exported step; wider steps (prefills) run eagerly
-STEP_VERSION = 1  # bump when ExportableStep's inputs or arithmetic change: old packages are rebuilt
+STEP_VERSION = 2  # bump when ExportableStep's inputs or arithmetic change: old packages are rebuilt
 
 
 class ExportableStep(torch.nn.Module):

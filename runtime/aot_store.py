@@ -33,6 +33,12 @@ from specplan.models.registry import cache_root
 from specplan.runtime.aot_step import STEP_VERSION, AotStep, export_step, model_constants
 
 SCHEMA_VERSION = 1
+# No weights inside the package; ``freezing`` lets inductor prepack the linears' weights (oneDNN
+# on CPU), and runtime constant folding computes those prepacked copies from the live model's
+# tensors when the package is loaded (1.5x faster steps than unfrozen, measured in one process
+# on the 135M default model; the prepacked copies cost about one more copy of the weights).
+INDUCTOR_OPTIONS = {"aot_inductor.package_constants_in_so": False, "freezing": True,
+                    "aot_inductor.use_runtime_constant_folding": True}
 PACKAGE_FILE = "step.pt2"
 META_FILE = "package.yaml"
 
@@ -128,7 +134,7 @@ def build_package(model: torch.nn.Module, device: torch.device, key: PackageKey,
         warnings.simplefilter("ignore", DeprecationWarning)
         program = export_step(model, device)
         built = Path(scratch) / PACKAGE_FILE
-        options = {"aot_inductor.package_constants_in_so": False}
+        options = dict(INDUCTOR_OPTIONS)
         torch._inductor.aoti_compile_and_package(program, package_path=str(built), inductor_configs=options)
         shutil.move(str(built), folder / PACKAGE_FILE)
     seconds = time.perf_counter() - begin
@@ -143,8 +149,9 @@ def load_package(model: torch.nn.Module, device: torch.device, folder: Path) -> 
     begin = time.perf_counter()
     runner = torch._inductor.aoti_load_package(str(folder / PACKAGE_FILE))
     constants = model_constants(model)
-    wanted = runner.get_constant_fqns()
-    runner.load_constants({name: constants[name] for name in wanted}, check_full_update=True, user_managed=True)
+    wanted = [name for name in runner.get_constant_fqns() if not name.startswith("_FOLDED_CONST_")]
+    # folded constants (prepacked weights) are computed from these by the package on its first run
+    runner.load_constants({name: constants[name] for name in wanted}, check_full_update=False, user_managed=True)
     return AotStep(model, device, runner, time.perf_counter() - begin)
 
 
