@@ -1,0 +1,169 @@
+"""A sequence stage over ``b`` prompts at once: lockstep rounds, each sequence its own accepted
+length, KV rows and rollback (docs/guide.md, "Batched runs"; planner-math.md section 11.2).
+
+Each round every running sequence drafts up to ``gamma`` tokens (its own count: a retrieval
+drafter may find fewer), the target runs one forward over ``[b, 1 + gamma]`` rows (the last
+committed token, the *root*, then the draft; short rows padded and masked), and greedy
+verification accepts, per sequence, the longest draft prefix equal to the target's argmax,
+then the bonus token (Leviathan et al., arXiv 2211.17192). Each sequence keeps the cache rows of
+its root and accepted tokens (:meth:`BatchedKV.keep`); a sequence that reaches EOS or its token
+budget leaves the batch, so finished sequences cost nothing. Without a drafter (``gamma`` 0)
+this is plain batched greedy decoding.
+
+Lossless per sequence: a sequence's rows attend only to its own kept tokens at its own
+positions, so its logits are the ones it would get alone (up to float summation order) and its
+greedy output is the target's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specplan.runtime.batched_cache import COMPACT_HOLES, BatchedKV
+from specplan.runtime.timing import now
+
+
+@dataclass(frozen=True)
+class BatchedSequence:
+    """One prompt's output: its new tokens (EOS included when it stopped there)."""
+
+    token_ids: tuple[int, ...]
+    committed_per_forward: tuple[int, ...]  # per target forward it took part in (prefill excluded)
+    stop_reason: str  # eos | max_new_tokens
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens per verify forward, bonus included (0 when the prefill's token ended it)."""
+        return sum(self.committed_per_forward) / len(self.committed_per_forward) if self.committed_per_forward else 0.0
+
+
+@dataclass(frozen=True)
+class BatchedResult:
+    sequences: tuple[BatchedSequence, ...]  # in prompt order
+    seconds: float  # wall time of the whole batch, prefill included
+    rounds: int  # target verify forwards (prefill excluded)
+    draft_seconds: float
+    verify_seconds: float
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(sequence.token_ids) for sequence in self.sequences)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens committed per second by the whole batch (goodput)."""
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Sequence:
+    committed: list[int]
+    new: list[int]
+    per_forward: list[int]
+    stop_reason: str = ""
+
+    def commit(self, chunk: list[int], max_new_tokens: int, eos_ids: set[int]) -> None:
+        chunk = chunk[: max_new_tokens - len(self.new)]
+        for index, token in enumerate(chunk):
+            if token in eos_ids:
+                chunk, self.stop_reason = chunk[: index + 1], "eos"
+                break
+        self.committed.extend(chunk)
+        self.new.extend(chunk)
+        if not self.stop_reason and len(self.new) >= max_new_tokens:
+            self.stop_reason = "max_new_tokens"
+
+
+def accepted_length(draft: tuple[int, ...], predicted: list[int]) -> int:
+    """Draft tokens accepted by greedy verification: the prefix equal to the target's argmax
+    (``predicted[k]`` follows row ``k``; row 0 is the root).
+
+    >>> accepted_length((4, 5, 6), [4, 5, 9, 1])
+    2
+    """
+    size = 0
+    while size < len(draft) and draft[size] == predicted[size]:
+        size += 1
+    return size
+
+
+class BatchedEngine:
+    """Greedy batched decoding of ``target``; ``drafter`` (a PerSequenceDrafters or a
+    BatchedModelDrafter) and ``gamma`` > 0 make it a sequence stage."""
+
+    def __init__(self, target: torch.nn.Module, device: torch.device, eos_ids: set[int], drafter=None,
+                 gamma: int = 0, pad_id: int = 0, name: str = "target", compact_holes: float = COMPACT_HOLES):
+        if gamma < 0 or (gamma > 0 and drafter is None):
+            raise ValueError(f"gamma {gamma} needs a drafter and must be >= 0")
+        self.target = target
+        self.device = device
+        self.eos_ids = set(eos_ids)
+        self.drafter = drafter if gamma > 0 else None
+        self.gamma = gamma
+        self.pad_id = pad_id
+        self.name = name
+        self.compact_holes = compact_holes
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> BatchedResult:
+        if not prompts or min(len(prompt) for prompt in prompts) < 1 or max_new_tokens < 1:
+            raise ValueError("a batch needs at least one non-empty prompt and max_new_tokens >= 1")
+        sequences = [_Sequence(list(prompt), [], []) for prompt in prompts]
+        kv = BatchedKV(self.target, self.device, self.pad_id, self.compact_holes)
+        if self.drafter is not None:
+            self.drafter.reset(len(prompts))
+        start = now(self.device)
+        logits = kv.forward(prompts)  # prefill: its argmax after the prompt is the first new token
+        kv.keep([len(prompt) for prompt in prompts])
+        for sequence, prompt, row in zip(sequences, prompts, logits):
+            sequence.commit([int(row[len(prompt) - 1].argmax())], max_new_tokens, self.eos_ids)
+        running = list(range(len(prompts)))
+        draft_seconds = verify_seconds = 0.0
+        rounds = 0
+        while True:
+            running = self._drop_finished(sequences, running, kv)
+            if not running:
+                break
+            draft_start = now(self.device)
+            drafts = self._drafts([sequences[index] for index in running], max_new_tokens)
+            verify_start = now(self.device)
+            self._verify(kv, [sequences[index] for index in running], drafts, max_new_tokens)
+            draft_seconds += verify_start - draft_start
+            verify_seconds += now(self.device) - verify_start
+            rounds += 1
+        seconds = now(self.device) - start
+        outputs = tuple(BatchedSequence(tuple(s.new), tuple(s.per_forward), s.stop_reason) for s in sequences)
+        return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds)
+
+    def _drafts(self, running: list[_Sequence], max_new_tokens: int) -> list[tuple[int, ...]]:
+        """Each sequence's draft, capped so that its accepted path never passes its token budget."""
+        budgets = [min(self.gamma, max_new_tokens - len(sequence.new) - 1) for sequence in running]
+        if self.drafter is None or max(budgets) < 1:
+            return [() for _ in running]
+        proposals = self.drafter.propose([sequence.committed for sequence in running], budgets)
+        return [tuple(draft[:budget]) for draft, budget in zip(proposals, budgets)]
+
+    def _verify(self, kv: BatchedKV, running: list[_Sequence], drafts: list[tuple[int, ...]],
+                max_new_tokens: int) -> None:
+        """One target forward over every running sequence's root and draft; greedy verification."""
+        rows = [[sequence.committed[-1], *draft] for sequence, draft in zip(running, drafts)]
+        predicted = kv.forward(rows).argmax(dim=-1).tolist()  # [b, width]
+        counts = []
+        for sequence, draft, argmax in zip(running, drafts, predicted):
+            accepted = accepted_length(draft, argmax)
+            counts.append(accepted + 1)  # the root and the accepted draft tokens stay cached
+            chunk = [*draft[:accepted], argmax[accepted]]
+            before = len(sequence.new)
+            sequence.commit(chunk, max_new_tokens, self.eos_ids)
+            sequence.per_forward.append(len(sequence.new) - before)
+        kv.keep(counts)
+
+    def _drop_finished(self, sequences: list[_Sequence], running: list[int], kv: BatchedKV) -> list[int]:
+        """The running sequences still unfinished; finished ones leave the cache (and the drafter)."""
+        kept = [position for position, index in enumerate(running) if not sequences[index].stop_reason]
+        if len(kept) < len(running) and kept:
+            kv.select(kept)
+            if self.drafter is not None:
+                self.drafter.select(kept)
+        return [running[position] for position in kept]

@@ -1,0 +1,135 @@
+"""One KV cache for ``b`` sequences that each keep their own rows: ragged forwards, per-sequence
+rollback, padding masked (docs/guide.md, "Batched runs"; planner-math.md section 11.2).
+
+Layout: a transformers ``DynamicCache`` of ``[b, kv_heads, slots, head_dim]`` and a 0/1
+``mask`` ``[b, slots]``: slot ``j`` of sequence ``i`` holds one of its tokens iff
+``mask[i, j] == 1``. A forward over rows of different lengths pads the short rows on the right
+and marks the padding 0; a rollback marks a sequence's rejected slots 0. Every forward passes
+the mask as the 2-D ``attention_mask`` (transformers builds the causal mask from it over the
+physical slots) and each sequence's *logical* positions as ``position_ids`` (the count of its
+kept slots), so a sequence's tokens attend to exactly its own kept tokens at exactly the
+positions they would have alone: the holes change nothing but the work done.
+
+Slots no sequence keeps at the end of the cache are cropped; holes in the middle stay until
+they are more than ``COMPACT_HOLES`` of the slots, when :meth:`BatchedKV.compact` packs every
+sequence's kept slots to the right.
+
+Every padded query row comes after at least one real token of its own sequence (rows are padded
+on the right), so no query row is fully masked and no padding produces NaN keys or values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+COMPACT_HOLES = 0.25  # pack the cache when more than this share of its slots are holes
+
+
+class BatchedKV:
+    """The cache of ``model`` over a batch; ``pad_id`` fills the padding (masked, never attended);
+    ``compact_holes``: the share of hole slots above which the cache is packed (1: never)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, pad_id: int = 0,
+                 compact_holes: float = COMPACT_HOLES):
+        self.model = model
+        self.compact_holes = compact_holes
+        self.device = device
+        self.pad_id = pad_id
+        self.cache = DynamicCache(config=model.config)
+        self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)  # [b, slots]
+        self.last_width = 0
+
+    @property
+    def batch(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def slots(self) -> int:
+        return int(self.mask.shape[1])
+
+    def lengths(self) -> list[int]:
+        """Tokens each sequence has in the cache (its next logical position)."""
+        return self.mask.sum(dim=1).tolist()
+
+    def forward(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Run ``model`` over one row of new tokens per sequence (each row non-empty; the first call
+        sets the batch). Returns logits ``[b, width, vocab]``; row ``i``'s position ``k`` follows its
+        token ``k`` (positions past ``len(rows[i])`` are padding: ignore them). Every new slot is
+        kept until :meth:`keep` or :meth:`truncate` says otherwise."""
+        if self.slots == 0 and self.batch == 0:
+            self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=self.device)
+        if len(rows) != self.batch or min(len(row) for row in rows) < 1:
+            raise ValueError(f"a batched forward needs one non-empty row per sequence ({self.batch}); got "
+                             f"{[len(row) for row in rows]}")
+        width = max(len(row) for row in rows)
+        ids = torch.full((self.batch, width), self.pad_id, dtype=torch.long)
+        new = torch.zeros((self.batch, width), dtype=torch.long)
+        for index, row in enumerate(rows):
+            ids[index, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+            new[index, : len(row)] = 1
+        positions = self.mask.sum(dim=1, keepdim=True) + torch.arange(width, device=self.device)
+        self.mask = torch.cat([self.mask, new.to(self.device)], dim=1)
+        self.last_width = width
+        with torch.no_grad():
+            output = self.model(input_ids=ids.to(self.device), attention_mask=self.mask, position_ids=positions,
+                                past_key_values=self.cache, use_cache=True)
+        return output.logits
+
+    def keep(self, counts: Sequence[int]) -> None:
+        """After a forward, sequence ``i`` keeps only the first ``counts[i]`` of its new slots (the
+        root and its accepted draft tokens); the others are masked and trailing slots cropped."""
+        start = self.slots - self.last_width
+        for index, count in enumerate(counts):
+            self.mask[index, start + count:] = 0
+        self._crop()
+
+    def truncate(self, lengths: Sequence[int]) -> None:
+        """Sequence ``i`` keeps only its first ``lengths[i]`` tokens (a rollback to a prefix)."""
+        limit = torch.tensor(list(lengths), device=self.device).unsqueeze(1)
+        self.mask = self.mask * (self.mask.cumsum(dim=1) <= limit).long()
+        self._crop()
+
+    def select(self, indices: Sequence[int]) -> None:
+        """Keep only the sequences ``indices`` (in that order): finished sequences leave the batch."""
+        chosen = torch.tensor(list(indices), dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(chosen)
+        self.mask = self.mask.index_select(0, chosen)
+        self._crop()
+
+    def holes(self) -> int:
+        """Masked slots: the work a forward spends on padding and rejected tokens."""
+        return self.batch * self.slots - int(self.mask.sum())
+
+    def compact(self) -> None:
+        """Pack every sequence's kept slots to the right end (padding on the left), the slot count
+        becoming the longest sequence's length. Kept slots keep their order, so attention is unchanged."""
+        lengths = self.mask.sum(dim=1)
+        longest = int(lengths.max()) if self.batch else 0
+        if longest == self.slots:
+            return
+        # Kept slots first in their order, holes after; then rotate each row so its kept ones end the row.
+        order = torch.argsort(1 - self.mask, dim=1, stable=True)[:, :longest]  # [b, longest]
+        shift = longest - lengths
+        columns = (torch.arange(longest, device=self.device).unsqueeze(0) - shift.unsqueeze(1)) % longest
+        source = order.gather(1, columns)  # new column c holds old slot source[:, c]
+        new_mask = (torch.arange(longest, device=self.device).unsqueeze(0) >= shift.unsqueeze(1)).long()
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None:
+                continue
+            index = source[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+            layer.keys = layer.keys.gather(2, index)
+            layer.values = layer.values.gather(2, index)
+        self.mask = new_mask
+
+    def _crop(self) -> None:
+        """Drop trailing slots no sequence keeps; pack the cache when holes dominate."""
+        used = self.mask.any(dim=0).nonzero()
+        keep = int(used.max()) + 1 if used.numel() else 0
+        if keep < self.slots:
+            self.cache.crop(keep - self.slots)  # a negative argument removes that many trailing slots
+            self.mask = self.mask[:, :keep]
+        if self.holes() > self.compact_holes * self.batch * self.slots:
+            self.compact()
