@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
+from specplan.cli.export_drafters import planned_gguf, write_llama_cpp_drafter
 from specplan.planner.export import describe, engine_support, export_plan
 from specplan.planner.export_models import ModelNames
 from specplan.planner.export_schedule import export_schedule, vllm_schedule_command
@@ -22,13 +24,17 @@ def add_parser(commands) -> None:
     parser.add_argument("--max-budget", type=int, default=64, help="largest tree budget (nodes) to consider")
     parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
     parser.add_argument("--json", action="store_true", help="one JSON object with the config, both plans and the loss")
+    parser.add_argument("-o", "--output", default=None,
+                        help="folder for the drafter files the engine loads (llama.cpp: the draft model as GGUF); "
+                             "default: export-ENGINE next to the plan")
     parser.set_defaults(handler="export")
 
 
 
-def model_names(profile, engine: str) -> ModelNames:
-    """How the command names the profile's models; for llama.cpp, the GGUF files found on this machine."""
-    found = []
+def model_names(profile, engine: str, planned: tuple[tuple[str, str], ...] = ()) -> ModelNames:
+    """How the command names the profile's models; for llama.cpp, the GGUF files found on this machine
+    and those ``planned`` to be written from model folders."""
+    found = list(planned)
     if engine == "llama.cpp":
         from specplan.models.load import gguf_file  # imports torch: only for llama.cpp's file paths
 
@@ -41,6 +47,12 @@ def model_names(profile, engine: str) -> ModelNames:
             if path is not None:
                 found.append((source, str(path)))
     return ModelNames(profile.target.source, profile.device.kind, tuple(found))
+
+
+def profile_source(profile, drafter: str) -> str:
+    """The SPEC source of ``drafter`` in ``profile`` (a model or a retrieval drafter)."""
+    model = profile.model(drafter)
+    return model.source if model is not None else profile.retrieval_entry(drafter).source
 
 
 def _draft_tokens(stage) -> int:
@@ -62,12 +74,18 @@ def command(args) -> int:
     engine_support(args.engine)  # an unknown engine fails before any file is read
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     options = runtime_options(args.max_budget, args.max_depth, plan.temperature)
+    output = Path(args.output) if args.output else Path(args.plan).parent / f"export-{args.engine}"
+    planned = planned_gguf(profile, output) if args.engine == "llama.cpp" else ()
+    names = model_names(profile, args.engine, planned)
     result = export_plan(profile, args.engine, options, profile_path=str(profile_path),
-                         profile_sha256=file_sha256(profile_path), names=model_names(profile, args.engine))
-    lines = describe(result)
+                         profile_sha256=file_sha256(profile_path), names=names)
+    written = []
+    if args.engine == "llama.cpp" and result.stage is not None:
+        written = write_llama_cpp_drafter(result.stage, profile_source(profile, result.stage.drafter), names, planned)
+    lines = describe(result) + [f"wrote {path} (the drafter in {result.engine}'s format)" for path in written]
     schedule, config = None, result.config
     if len(batch_sizes(profile)) > 1:  # T(n, b): the setting per batch size, or the loss of one setting
-        schedule = export_schedule(profile, args.engine, options, names=model_names(profile, args.engine))
+        schedule = export_schedule(profile, args.engine, options, names=names)
         lines += schedule.lines()
         if schedule.ranges:
             config = vllm_schedule_command(result.config, schedule.ranges)
@@ -82,7 +100,7 @@ def command(args) -> int:
             "unrestricted_plan": result.unrestricted.plan.summary(),
             "unrestricted_ms_per_token": result.unrestricted.plan.predicted.ms_per_token,
             "loss": result.loss, "left_out": list(result.excluded), "not_writable_yet": list(result.unwritable),
-            "engine_limits": list(result.limits), "notes": list(result.notes),
+            "engine_limits": list(result.limits), "notes": list(result.notes), "written": written,
             **({"schedule": _schedule_record(schedule)} if schedule is not None else {}),
         }))
     else:

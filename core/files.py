@@ -42,6 +42,30 @@ def _replace(path: Path, data: bytes) -> None:
     _sync_folder(path.parent)
 
 
+def write_file_atomic(path: str | Path, write) -> None:
+    """Atomically replace ``path`` with what ``write(temporary_path)`` writes (for writers that
+    take a file name, such as ``gguf.GGUFWriter``); OutputError as in :func:`write_bytes_atomic`."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        try:
+            write(Path(temporary))
+            with open(temporary, "rb+") as output:
+                os.fsync(output.fileno())
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        _sync_folder(path.parent)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise OutputError(f"cannot write {path}: {reason}; free space or choose another path "
+                          "(nothing was changed)") from None
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically (see :func:`write_bytes_atomic`)."""
     write_bytes_atomic(path, text.encode("utf-8"))

@@ -73,7 +73,8 @@ class EngineSupport:
                            f"not the set {spec.argument}")
         if self.name == "llama.cpp" and spec.kind == "model" and not is_gguf(spec.argument, names or ModelNames("")):
             return Verdict(False, ARTIFACT_GAP, "llama.cpp loads a draft model from a GGUF file; specplan "
-                           f"cannot convert {spec.argument} to GGUF yet")
+                           f"writes GGUF from Llama / Qwen2 save_pretrained folders, and {spec.argument} is not "
+                           "one on this machine")
         return Verdict(True)
 
 
