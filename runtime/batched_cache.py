@@ -7,8 +7,10 @@ Layout: a transformers ``DynamicCache`` of ``[b, kv_heads, slots, head_dim]`` an
 and marks the padding 0; a rollback marks a sequence's rejected slots 0. Every forward passes
 the mask as the 2-D ``attention_mask`` (transformers builds the causal mask from it over the
 physical slots) and each sequence's *logical* positions as ``position_ids`` (the count of its
-kept slots), so a sequence's tokens attend to exactly its own kept tokens at exactly the
-positions they would have alone: the holes change nothing but the work done.
+kept slots) with the physical slots as ``cache_position`` (a layer-skip view may not run layer
+0, whose length transformers would otherwise read), so a sequence's tokens attend to exactly
+its own kept tokens at exactly the positions they would have alone: the holes change nothing
+but the work done.
 
 Slots no sequence keeps at the end of the cache are cropped; holes in the middle stay until
 they are more than ``COMPACT_HOLES`` of the slots, when :meth:`BatchedKV.compact` packs every
@@ -71,11 +73,12 @@ class BatchedKV:
             ids[index, : len(row)] = torch.tensor(list(row), dtype=torch.long)
             new[index, : len(row)] = 1
         positions = self.mask.sum(dim=1, keepdim=True) + torch.arange(width, device=self.device)
+        slots = torch.arange(self.slots, self.slots + width, device=self.device)  # physical: the causal mask's axis
         self.mask = torch.cat([self.mask, new.to(self.device)], dim=1)
         self.last_width = width
         with torch.no_grad():
             output = self.model(input_ids=ids.to(self.device), attention_mask=self.mask, position_ids=positions,
-                                past_key_values=self.cache, use_cache=True)
+                                cache_position=slots, past_key_values=self.cache, use_cache=True)
         return output.logits
 
     def keep(self, counts: Sequence[int]) -> None:

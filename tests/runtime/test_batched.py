@@ -13,6 +13,8 @@ from specplan.runtime.batched import BatchedEngine, accepted_length
 from specplan.runtime.batched_cache import BatchedKV
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
+from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from tests.runtime.tiny_models import tiny_llama
@@ -33,11 +35,13 @@ def plain_alone(target, prompts, new_tokens=NEW_TOKENS, eos=frozenset()):
     return [list(engine.generate(prompt, new_tokens, SamplingConfig()).token_ids) for prompt in prompts]
 
 
-def drafter(name: str, attn: str):
+def drafter(name: str, attn: str, target=None):
     if name == "ngram":
         return PerSequenceDrafters(lambda: NgramDrafter(3)), 4
     if name == "model":
         return BatchedModelDrafter("model", tiny_llama(attn, seed=1), CPU), 3
+    if name == "layerskip":  # the target's layer 1 alone: layer 0's cache stays empty
+        return BatchedModelDrafter("layerskip-1", layer_skip_view(target, parse_kept_layers("1", 2)), CPU), 3
     if name == "self":  # the target itself: every draft accepted
         return BatchedModelDrafter("self", tiny_llama(attn, seed=0), CPU), 4
     return None, 0
@@ -51,11 +55,11 @@ def reference(attn: str) -> list[list[int]]:
 # compact_holes 0: the cache is packed after every round; 1: never (rollback holes stay masked)
 @pytest.mark.parametrize("attn, name, compact_holes", [
     ("sdpa", "plain", 1.0), ("sdpa", "ngram", 0.0), ("sdpa", "ngram", 1.0), ("eager", "ngram", 1.0),
-    ("sdpa", "model", 1.0), ("eager", "model", 0.0), ("sdpa", "self", 0.25),
+    ("sdpa", "model", 1.0), ("eager", "model", 0.0), ("sdpa", "self", 0.25), ("sdpa", "layerskip", 1.0),
 ])
 def test_batched_is_token_identical_to_each_prompt_alone(attn, name, compact_holes):
     target = tiny_llama(attn, seed=0)
-    draft, gamma = drafter(name, attn)
+    draft, gamma = drafter(name, attn, target)
     engine = BatchedEngine(target, CPU, set(), draft, gamma, compact_holes=compact_holes)
     result = engine.generate(PROMPTS, NEW_TOKENS)
     assert [list(sequence.token_ids) for sequence in result.sequences] == reference(attn)
@@ -110,3 +114,25 @@ def test_bad_batches_are_refused():
         BatchedEngine(target, CPU, set(), None, gamma=2)
     with pytest.raises(ValueError):
         BatchedEngine(target, CPU, set()).generate([[1], []], 4)
+
+
+@pytest.mark.parametrize("kind", ["model", "layerskip"])
+def test_batched_model_drafter_proposes_what_it_would_alone(kind):
+    """Drafts (not only outputs) match the one-sequence drafter, also after a rollback of each
+    sequence's cache to a different committed prefix."""
+    target = tiny_llama("sdpa", seed=0)
+    network = tiny_llama("sdpa", seed=1) if kind == "model" else layer_skip_view(target, parse_kept_layers("1", 2))
+    batched = BatchedModelDrafter(kind, network, CPU)
+    alone = ModelDrafter(kind, network, CPU)
+    texts = [list(prompt) for prompt in PROMPTS]
+    batched.reset(len(texts))
+    for round_index in range(3):
+        drafts = batched.propose(texts, [4] * len(texts))
+        expected = []
+        for text in texts:
+            alone.reset()
+            expected.append(alone.propose(text, 4, SamplingConfig(), torch.Generator()).tokens)
+        assert drafts == expected
+        # commit a different share of each draft, then a token the drafter did not propose
+        texts = [text + list(draft[: (index + round_index) % 4]) + [90 - index] for index, (text, draft)
+                 in enumerate(zip(texts, drafts))]

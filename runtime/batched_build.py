@@ -1,0 +1,70 @@
+"""A plan's configuration at batch ``b`` as a live :class:`BatchedEngine` (docs/guide.md, "Batched runs").
+
+Which stages: the plan's ``schedule`` row for ``b`` (the largest scheduled batch <= ``b``,
+planner-math.md section 11.2) when the plan has a schedule, else the plan's own stages; or the
+stages a caller names (the bench runs the batch-1 plan at every ``b`` too). The batched runtime
+executes plain decoding and one sequence stage whose drafter is ``ngram:N`` (looked up per
+sequence) or a drafter model (``model:``, ``layerskip:``; one batched forward per draft token);
+trees, hierarchies, draft heads and recycling tables are refused with one line.
+"""
+
+from __future__ import annotations
+
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan, Stage
+from specplan.runtime.batched import BatchedEngine
+from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
+from specplan.runtime.build import build_drafter, check_stages, drafter_source, eos_ids
+from specplan.runtime.drafters.ngram import NgramDrafter
+from specplan.runtime.runner import PlanRunner
+
+
+def stages_at(plan: Plan, batch: int) -> tuple[tuple[Stage, ...], str]:
+    """The stages to run at ``batch`` and where they come from (for the summary line)."""
+    if plan.schedule is None:
+        return tuple(plan.stages), "the plan (no schedule)"
+    row = plan.schedule.row_for(batch)
+    return tuple(row.stages), f"the schedule's row for batch {row.batch}"
+
+
+def describe(stages: tuple[Stage, ...], target: str) -> str:
+    """``ngram-5 -> target (sequence gamma 4)`` or ``target plain decoding``."""
+    if not stages:
+        return f"{target} plain decoding"
+    return "; ".join(f"{stage.drafter} -> {stage.verifier} ({stage.shape.kind}"
+                     + (f" gamma {stage.shape.gamma})" if stage.shape.kind == "sequence" else ")") for stage in stages)
+
+
+def check_batchable(stages: tuple[Stage, ...], plan: Plan) -> None:
+    """PlanError unless ``stages`` are plain decoding or one sequence stage into the target."""
+    if not stages:
+        return
+    if len(stages) > 1 or stages[0].shape.kind != "sequence" or stages[0].verifier != plan.target:
+        raise PlanError(f"the batched runtime runs plain decoding or one sequence stage into the target, not "
+                        f"{describe(stages, plan.target)}; run it with --batch 1, or re-plan (`specplan plan`) "
+                        "for a sequence stage")
+
+
+def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ...] | None = None) -> BatchedEngine:
+    """The batched engine of ``stages`` (default: :func:`stages_at`) on the runner's loaded target."""
+    plan, target = runner.plan, runner.target
+    if stages is None:
+        stages, _ = stages_at(plan, batch)
+    check_batchable(stages, plan)
+    check_stages(plan, runner.profile)
+    stop = eos_ids(target)
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else min(stop, default=0)
+    if not stages:
+        return BatchedEngine(target.model, runner.device, stop, pad_id=int(pad))
+    stage = stages[0]
+    spec = parse_drafter_spec(drafter_source(runner.profile, stage.drafter))
+    if spec.kind == "ngram":
+        drafter = PerSequenceDrafters(lambda: NgramDrafter(int(spec.argument)))
+    elif spec.kind in ("model", "layerskip"):
+        network = build_drafter(spec, target, runner.device, runner.runtime).model
+        drafter = BatchedModelDrafter(stage.drafter, network, runner.device, int(pad))
+    else:
+        raise PlanError(f"the batched runtime drafts with ngram:N or a drafter model, not {spec.source!r} "
+                        f"({stage.drafter}); run it with --batch 1")
+    return BatchedEngine(target.model, runner.device, stop, drafter, stage.shape.gamma, int(pad), stage.drafter)
