@@ -30,7 +30,7 @@ import transformers
 from specplan.core.files import write_text_atomic
 from specplan.core.yamlio import safe_load_text, write_document
 from specplan.models.registry import cache_root
-from specplan.runtime.aot_step import STEP_VERSION, AotStep, export_step, model_constants
+from specplan.runtime.aot_step import STEP_VERSION, AotStep, example_inputs, export_step, model_constants
 
 SCHEMA_VERSION = 1
 # No weights inside the package; ``freezing`` lets inductor prepack the linears' weights (oneDNN
@@ -152,6 +152,8 @@ def load_package(model: torch.nn.Module, device: torch.device, folder: Path) -> 
     wanted = [name for name in runner.get_constant_fqns() if not name.startswith("_FOLDED_CONST_")]
     # folded constants (prepacked weights) are computed from these by the package on its first run
     runner.load_constants({name: constants[name] for name in wanted}, check_full_update=False, user_managed=True)
+    with torch.inference_mode():  # the first run folds the constants: here, not inside a prompt
+        runner(*example_inputs(model, device, width=1, past=1, capacity=4))
     return AotStep(model, device, runner, time.perf_counter() - begin)
 
 
