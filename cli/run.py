@@ -27,6 +27,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--stream", action="store_true", help="print text as it is committed")
     parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    parser.add_argument("--batch", type=int, default=None, metavar="B",
+                        help="decode the prompts B at a time together (greedy; the plan's schedule row for B)")
     add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="run")
 
@@ -50,6 +52,10 @@ def command(args) -> int:
     if not 0.0 < args.top_p <= 1.0:
         raise SpecplanError("--top-p must be in (0, 1]")
     prompts = _run_prompts(args)
+    if args.batch is not None:
+        from specplan.cli.run_batched import run_batched
+
+        return run_batched(args, prompts)
     runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force)
     for prompt in prompts:  # every prompt fits the context before the first one decodes
         runner.plan_runner.check_prompt(prompt, args.max_new_tokens)

@@ -1,0 +1,117 @@
+"""``specplan run PLAN --batch B``: the prompts decoded B at a time by the batched runtime, the
+configuration the plan's schedule chose for B (docs/guide.md, "Batched runs")."""
+
+from __future__ import annotations
+
+import json
+
+from specplan.api import Runner
+from specplan.cli.options import chosen_runtime
+from specplan.core.errors import SpecplanError
+from specplan.core.prompts import Prompt
+
+
+def check_batch_arguments(args) -> None:
+    """One-line errors for what a batched run cannot do (before any model loads)."""
+    if args.batch < 1:
+        raise SpecplanError(f"--batch {args.batch} must be at least 1")
+    if args.stream:
+        raise SpecplanError("--stream prints one sequence as it decodes; drop it with --batch")
+    if args.temperature is not None and args.temperature > 0:
+        raise SpecplanError(f"batched runs verify greedily; --temperature {args.temperature}: pass --temperature 0")
+
+
+def _comparison(plan_runner, prompt_ids: list[int], token_ids: tuple[int, ...], max_new_tokens: int) -> dict:
+    """The prompt decoded alone by plain greedy decoding, and whether the batched output equals it."""
+    from specplan.runtime.drafters.base import SamplingConfig
+    from specplan.runtime.lossless import divergence_gap, first_divergence
+
+    alone = plan_runner.generate(prompt_ids, max_new_tokens, SamplingConfig(), plain=True)
+    index = first_divergence(alone.token_ids, token_ids)
+    record = {"identical_to_plain": index is None, "plain_seconds": alone.seconds}
+    if index is not None:
+        record["first_divergence"] = index
+        record["divergence_gap"] = round(divergence_gap(plan_runner.target.model, prompt_ids, alone.token_ids, index), 4)
+    return record
+
+
+def _run_batch(runner: Runner, engine, prompts: list[Prompt], args) -> tuple[list[dict], object]:
+    plan_runner = runner.plan_runner
+    prompt_ids = [plan_runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts]
+    result = engine.generate(prompt_ids, args.max_new_tokens)
+    tokenizer = plan_runner.target.tokenizer
+    records = []
+    for prompt, ids, sequence in zip(prompts, prompt_ids, result.sequences):
+        record = {"prompt_id": prompt.prompt_id, "category": prompt.category, "batch": len(prompts),
+                  "new_tokens": len(sequence.token_ids), "token_ids": list(sequence.token_ids),
+                  "text": tokenizer.decode(sequence.token_ids, skip_special_tokens=True),
+                  "target_forwards": len(sequence.committed_per_forward),
+                  "mean_accepted": round(sequence.mean_accepted, 4), "stop_reason": sequence.stop_reason,
+                  "batch_seconds": round(result.seconds, 4), "batch_tokens_per_s": round(result.tokens_per_s, 3)}
+        if args.compare_plain:
+            record.update(_comparison(plan_runner, ids, sequence.token_ids, args.max_new_tokens))
+        records.append(record)
+    return records, result
+
+
+def _predicted(plan, batch: int, stages) -> float | None:
+    """The schedule's goodput for ``batch`` when the run uses the schedule's row for exactly that batch."""
+    if plan.schedule is None:
+        return None
+    row = plan.schedule.row_for(batch)
+    return row.tokens_per_s if row.batch == batch and tuple(row.stages) == tuple(stages) else None
+
+
+def run_batched(args, prompts: list[Prompt]) -> int:
+    """Decode ``prompts`` in batches of ``args.batch``; one record (or text and a line) per prompt."""
+    check_batch_arguments(args)
+    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force)
+    if args.temperature is None and runner.plan.temperature > 0:
+        raise SpecplanError(f"batched runs verify greedily; the plan samples at temperature {runner.plan.temperature}: "
+                            "pass --temperature 0")
+    from specplan.runtime.batched_build import build_batched_engine, describe, stages_at
+
+    for prompt in prompts:  # every prompt fits before the first batch decodes
+        runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
+    engines = {}
+    for start in range(0, len(prompts), args.batch):
+        chunk = prompts[start:start + args.batch]
+        stages, source = stages_at(runner.plan, len(chunk))
+        if stages not in engines:
+            engines[stages] = build_batched_engine(runner.plan_runner, len(chunk), stages)
+        records, result = _run_batch(runner, engines[stages], chunk, args)
+        configuration = describe(stages, runner.plan.target)
+        predicted = _predicted(runner.plan, len(chunk), stages)
+        for record in records:
+            record.update({"configuration": configuration, "predicted_batch_tokens_per_s": predicted,
+                           "plan": str(args.plan)})
+            if args.json:
+                print(json.dumps(record, ensure_ascii=False), flush=True)
+            else:
+                print(record["text"])
+                print(_sequence_line(record), flush=True)
+        if not args.json:
+            print(_batch_line(records, result, configuration, source, predicted), flush=True)
+    return 0
+
+
+def _sequence_line(record: dict) -> str:
+    line = (f"[specplan] {record['prompt_id']}: {record['new_tokens']} tokens, {record['mean_accepted']:.2f} "
+            f"tokens per target forward ({record['stop_reason']})")
+    if "identical_to_plain" in record:
+        line += "; identical to plain decoding alone: " + ("yes" if record["identical_to_plain"] else
+                                                           f"NO, parts at new token {record['first_divergence']} "
+                                                           f"(top-2 logit gap {record['divergence_gap']})")
+    return line
+
+
+def _batch_line(records: list[dict], result, configuration: str, source: str, predicted: float | None) -> str:
+    line = (f"[specplan] batch of {len(records)}: {result.new_tokens} tokens in {result.seconds:.2f} s: "
+            f"{result.tokens_per_s:.1f} tok/s for the batch, {result.rounds} target forwards "
+            f"({configuration}, from {source}")
+    line += f"; predicted {predicted:.1f} tok/s)" if predicted is not None else ")"
+    if records and "plain_seconds" in records[0]:
+        alone = sum(record["plain_seconds"] for record in records)
+        line += (f"; plain decoding one prompt at a time {result.new_tokens / alone:.1f} tok/s, "
+                 f"{sum(record['identical_to_plain'] for record in records)}/{len(records)} outputs identical")
+    return line
