@@ -27,6 +27,9 @@ def add_parser(commands) -> None:
                         help="model: a few-layer copy of the target; head: one layer over the target's hidden states (EAGLE)")
     parser.add_argument("--vocab", type=int, default=8192,
                         help="head only: tokens kept in the drafter's vocabulary, most frequent first (0 = all)")
+    parser.add_argument("--layout", default="eagle1", choices=["eagle1", "eagle3"],
+                        help="head only: eagle1 (fuse + decoder layer) or eagle3 (EAGLE-3's layer, which "
+                             "`specplan export --engine vllm|sglang` writes as the engines' checkpoint)")
     parser.add_argument("--budget-minutes", type=float, default=20.0, help="stop training after this much wall time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default 300)")
@@ -137,7 +140,7 @@ def command(args) -> int:
         from specplan.distill.head_pipeline import run_head_distill
 
         report = run_head_distill(args.target, output, config, device, args.vocab, restart=args.restart,
-                                  evaluate=args.eval_limit != 0)
+                                  evaluate=args.eval_limit != 0, layout=args.layout)
     else:
         report = run_distill(args.target, output, config, device, restart=args.restart, evaluate=args.eval_limit != 0)
     _print_report(report)

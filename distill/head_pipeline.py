@@ -57,8 +57,9 @@ def score_head(directory: Path, target, pairs, config: DistillConfig, device: to
 
 
 def run_head_distill(source: str, output: Path, config: DistillConfig, device: torch.device, vocabulary: int,
-                     restart: bool = False, evaluate: bool = True) -> HeadReport:
-    """Train a draft head for ``source`` into ``output`` (resuming a run found there)."""
+                     restart: bool = False, evaluate: bool = True, layout: str = "eagle1") -> HeadReport:
+    """Train a draft head for ``source`` into ``output`` (resuming a run found there); ``layout``
+    ``eagle3`` trains EAGLE-3's layer, which ``export --engine vllm|sglang`` writes for the engines."""
     started, deadline, cache = prepare_output(output, config, restart)
     target = load_model(source, config.data.dtype, str(device))
     train_prompts, texts = training_data(target, config, cache)
@@ -67,8 +68,9 @@ def run_head_distill(source: str, output: Path, config: DistillConfig, device: t
     sequences = head_sequences(target.model, texts, cache / "features.pt", data_key)
     data_seconds = time.monotonic() - started
     vocab_ids = choose_vocabulary(texts, target.model.config.vocab_size, vocabulary, eos_ids(target))
-    head = new_head(target.model, vocab_ids)
+    head = new_head(target.model, vocab_ids, layout)
     key = run_key(config.train, {"fingerprint": target.fingerprint, "kind": "head", "vocabulary": vocabulary,
+                                 **({"layout": layout} if layout != "eagle1" else {}),
                                  "data": dataclasses.asdict(config.data)})
     result = train(head, sequences, config.train, cache / "checkpoint.pt", deadline, key,
                    loss_of=head_sequence_loss, freeze=freeze_head)

@@ -27,10 +27,13 @@ FEEDBACK_WEIGHT = 0.5  # the pass over the head's own estimates
 OUTSIDE_LOGPROB = -20.0  # drafter log-probability given to a target candidate outside the kept vocabulary
 
 
-def new_head(target: torch.nn.Module, vocab_ids: torch.Tensor) -> DraftHead:
+def new_head(target: torch.nn.Module, vocab_ids: torch.Tensor, layout: str = "eagle1") -> torch.nn.Module:
     """A float32 head for ``target``: its decoder layer starts as a copy of the target's last one,
-    its norm as the target's final norm, its LM head as the target's rows for ``vocab_ids``."""
+    its norm as the target's final norm, its LM head as the target's rows for ``vocab_ids``.
+    ``layout`` ``eagle3``: EAGLE-3's layer (:mod:`specplan.runtime.drafters.head_eagle3`)."""
     config = head_config(target.config)
+    if layout == "eagle3":
+        return _new_eagle3_head(target, config, vocab_ids)
     head = DraftHead(config, vocab_ids)
     decoder = target.get_decoder()
     with torch.no_grad():
@@ -38,6 +41,27 @@ def new_head(target: torch.nn.Module, vocab_ids: torch.Tensor) -> DraftHead:
         head.norm.weight.copy_(decoder.norm.weight)
         head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab_ids])
         head.fuse.weight.mul_(0.5)
+    head.share_embedding(target.get_input_embeddings())
+    return head.float()
+
+
+def _new_eagle3_head(target: torch.nn.Module, config, vocab_ids: torch.Tensor) -> torch.nn.Module:
+    """EAGLE-3's layer from the target's last: q/k/v read half the embedding, half the feature."""
+    from specplan.runtime.drafters.head_eagle3 import Eagle3Head
+
+    head = Eagle3Head(config, vocab_ids)
+    last, decoder = target.get_decoder().layers[-1], target.get_decoder()
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            weight = getattr(last.self_attn, name).weight
+            getattr(head.self_attn, name).weight.copy_(0.5 * torch.cat([weight, weight], dim=1))
+        head.self_attn.o_proj.load_state_dict(last.self_attn.o_proj.state_dict())
+        head.mlp.load_state_dict(last.mlp.state_dict())
+        for norm in ("input_layernorm", "hidden_norm"):
+            getattr(head, norm).weight.copy_(last.input_layernorm.weight)
+        head.post_attention_layernorm.weight.copy_(last.post_attention_layernorm.weight)
+        head.norm.weight.copy_(decoder.norm.weight)
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[head.vocab_ids])
     head.share_embedding(target.get_input_embeddings())
     return head.float()
 
@@ -71,15 +95,16 @@ def head_sequence_loss(head: DraftHead, sequence: HeadSequence, config: TrainCon
     weights[: max(0, text.prompt_length - 2)] = config.prompt_weight
     logits, estimates = head.run(ids[None, 1:length - 1], features[None, : length - 2], use_cache=False)
     kl, cross_entropy = _distribution_loss(logits[0], text.top_indices[1:], text.top_logprobs[1:], kept_index)
+    feature_weight = 0.0 if getattr(head, "layout", "") == "eagle3" else FEATURE_WEIGHT  # EAGLE-3 feeds back s, not f
     regression = F.smooth_l1_loss(estimates[0].float(), features[1 : length - 1], reduction="none").mean(-1)
-    first = config.kl_weight * kl + config.cross_entropy_weight * cross_entropy + FEATURE_WEIGHT * regression
+    first = config.kl_weight * kl + config.cross_entropy_weight * cross_entropy + feature_weight * regression
     loss = (weights * first).sum() / weights.sum()
     if length > 3:  # second pass: position j >= 1 reads the first pass's estimate of f_j
         positions = torch.arange(1, length - 2)[None, :]
         logits2, estimates2 = head.run(ids[None, 2:length - 1], estimates[:, : length - 3], position_ids=positions, use_cache=False)
         kl2, cross_entropy2 = _distribution_loss(logits2[0], text.top_indices[2:], text.top_logprobs[2:], kept_index)
         regression2 = F.smooth_l1_loss(estimates2[0].float(), features[2 : length - 1], reduction="none").mean(-1)
-        second = config.kl_weight * kl2 + config.cross_entropy_weight * cross_entropy2 + FEATURE_WEIGHT * regression2
+        second = config.kl_weight * kl2 + config.cross_entropy_weight * cross_entropy2 + feature_weight * regression2
         loss = loss + FEEDBACK_WEIGHT * (weights[1:] * second).sum() / weights[1:].sum()
     normalised = weights / weights.sum()
     return loss, float((normalised * kl).detach().sum()), float((normalised * cross_entropy).detach().sum())

@@ -18,6 +18,8 @@ RECORDS = {  # engine: (record file, repository, full commit)
     "vllm": ("vllm-speculative-config-002e77c1f0ef.txt", "vllm-project/vllm", "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443"),
     "sglang": ("sglang-server-args-001067fffe33.txt", "sgl-project/sglang", "001067fffe33427bee0ed2f007fb7551a1d76b44"),
     "llama.cpp": ("llama-cpp-arg-0017d6fb63f9.txt", "ggml-org/llama.cpp", "0017d6fb63f9590e791a7562b276148f7bd5b7fc"),
+    # the EAGLE-3 draft checkpoint vLLM's (and SGLang's) loader reads: config keys and weight names
+    "eagle3": ("eagle3-checkpoint-00bd1493b3e8.txt", "vllm-project/vllm", "00bd1493b3e82d6c13c68ee8a0e1c5a96707e190"),
 }
 
 

@@ -14,8 +14,10 @@ target's. Logits come back over the full vocabulary, with ``-inf`` outside the k
 so every drafter code path (argmax, top-k children, sampled draft rows) works unchanged and
 a trimmed token simply has draft probability 0 (rejection sampling stays lossless).
 
-Saved as ``head.safetensors`` + ``head.json`` (config, vocabulary size) in a directory that
-``--drafter head:DIR`` loads.
+Saved as ``head.safetensors`` + ``head.json`` (config, vocabulary size, ``layout``) in a
+directory that ``--drafter head:DIR`` loads. ``layout: eagle3`` (absent: this module's EAGLE-1
+layout) is a head in EAGLE-3's layout (:mod:`.head_eagle3`), which ``specplan export --engine
+vllm|sglang`` writes as the engines' checkpoint; such a checkpoint also loads as ``head:DIR``.
 """
 
 from __future__ import annotations
@@ -133,8 +135,35 @@ def save_head(head: DraftHead, directory: Path, manifest: dict) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     state = {key: value.detach().contiguous().cpu() for key, value in head.state_dict().items()}
     save_file(state, str(directory / HEAD_WEIGHTS))
-    document = {"format": HEAD_FORMAT, "config": head.config.to_dict(), "kept_vocabulary": len(head.vocab_ids), **manifest}
+    document = {"format": HEAD_FORMAT, "config": head.config.to_dict(), "kept_vocabulary": len(head.vocab_ids),
+                "layout": getattr(head, "layout", "eagle1"), **manifest}
     write_text_atomic(directory / HEAD_CONFIG, json.dumps(document, indent=1, sort_keys=True))
+
+
+def head_of_layout(document: dict, config: LlamaConfig, vocab_ids: torch.Tensor, directory: Path) -> nn.Module:
+    """An untrained head of the layout ``head.json`` names (absent: EAGLE-1's, :class:`DraftHead`)."""
+    layout = document.get("layout", "eagle1")
+    if layout == "eagle1":
+        return DraftHead(config, vocab_ids)
+    if layout == "eagle3":
+        from specplan.runtime.drafters.head_eagle3 import Eagle3Head
+
+        return Eagle3Head(config, vocab_ids)
+    raise DrafterSpecError(f"{directory / HEAD_CONFIG} has layout {layout!r}; this version reads eagle1 and eagle3")
+
+
+def read_head(directory: str | Path) -> nn.Module:
+    """The head saved in ``directory`` without a target (no embedding shared: for export only)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    document = read_json_object(directory / HEAD_CONFIG, f"re-run `specplan distill --kind head -o {directory}`",
+                                DrafterSpecError)
+    config = head_config(LlamaConfig(**document.get("config", {})))
+    state = load_file(str(directory / HEAD_WEIGHTS))
+    head = head_of_layout(document, config, state["vocab_ids"], directory)
+    head.load_state_dict(state)
+    return head.eval()
 
 
 def load_head(directory: str | Path, target: nn.Module, dtype: torch.dtype, device) -> DraftHead:
@@ -142,6 +171,10 @@ def load_head(directory: str | Path, target: nn.Module, dtype: torch.dtype, devi
     from safetensors.torch import load_file
 
     directory = Path(directory)
+    from specplan.runtime.drafters.head_eagle3 import is_eagle3_checkpoint, load_eagle3
+
+    if is_eagle3_checkpoint(directory) and not (directory / HEAD_CONFIG).is_file():
+        return load_eagle3(directory, target, dtype, device)
     if not (directory / HEAD_CONFIG).is_file() or not (directory / HEAD_WEIGHTS).is_file():
         raise DrafterSpecError(f"{directory} holds no draft head ({HEAD_CONFIG} + {HEAD_WEIGHTS}); "
                                f"make one with `specplan distill TARGET --kind head -o {directory}`")
@@ -159,7 +192,7 @@ def load_head(directory: str | Path, target: nn.Module, dtype: torch.dtype, devi
             raise DrafterSpecError(f"draft head {directory} was trained for {field} {getattr(config, field)}, the target "
                                    f"has {getattr(target_config, field)}; distill a head for this target")
     state = load_file(str(directory / HEAD_WEIGHTS))
-    head = DraftHead(config, state["vocab_ids"])
+    head = head_of_layout(document, config, state["vocab_ids"], directory)
     head.load_state_dict(state)
     head.share_embedding(target.get_input_embeddings())
     return head.to(device=device, dtype=dtype).eval()
