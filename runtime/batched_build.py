@@ -4,15 +4,17 @@ Which stages: the plan's ``schedule`` row for ``b`` (the largest scheduled batch
 planner-math.md section 11.2) when the plan has a schedule, else the plan's own stages; or the
 stages a caller names (the bench runs the batch-1 plan at every ``b`` too). The batched runtime
 executes plain decoding and one sequence stage whose drafter is ``ngram:N`` (looked up per
-sequence) or a drafter model (``model:``, ``layerskip:``; one batched forward per draft token);
-trees, hierarchies, draft heads and recycling tables are refused with one line.
+sequence) or a drafter model (``model:``, ``layerskip:``; one batched forward per draft token),
+a static tree that is a chain counting as the sequence it is; other trees, hierarchies, draft heads and recycling tables are refused with one line.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import PlanError
-from specplan.core.plan import Plan, Stage
+from specplan.core.plan import Plan, Stage, StageShape
 from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
 from specplan.runtime.build import build_drafter, check_stages, drafter_source, eos_ids
@@ -30,14 +32,29 @@ def stages_at(plan: Plan, batch: int) -> tuple[tuple[Stage, ...], str]:
 
 def describe(stages: tuple[Stage, ...], target: str) -> str:
     """``ngram-5 -> target (sequence gamma 4)`` or ``target plain decoding``."""
+    stages = as_sequences(stages)
     if not stages:
         return f"{target} plain decoding"
     return "; ".join(f"{stage.drafter} -> {stage.verifier} ({stage.shape.kind}"
                      + (f" gamma {stage.shape.gamma})" if stage.shape.kind == "sequence" else ")") for stage in stages)
 
 
+def as_sequences(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
+    """A static tree that is a chain (every node's parent the node before it) is the sequence stage
+    of ``gamma`` = its nodes - 1 (the root is the last committed token); other stages unchanged."""
+    converted = []
+    for stage in stages:
+        parents = stage.shape.parents
+        if stage.shape.kind == "tree" and parents and not stage.shape.graft \
+                and all(parent == node - 1 for node, parent in enumerate(parents)):
+            stage = replace(stage, shape=StageShape("sequence", gamma=len(parents) - 1))
+        converted.append(stage)
+    return tuple(converted)
+
+
 def check_batchable(stages: tuple[Stage, ...], plan: Plan) -> None:
     """PlanError unless ``stages`` are plain decoding or one sequence stage into the target."""
+    stages = as_sequences(stages)
     if not stages:
         return
     if len(stages) > 1 or stages[0].shape.kind != "sequence" or stages[0].verifier != plan.target:
@@ -51,6 +68,7 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
     plan, target = runner.plan, runner.target
     if stages is None:
         stages, _ = stages_at(plan, batch)
+    stages = as_sequences(stages)
     check_batchable(stages, plan)
     check_stages(plan, runner.profile)
     stop = eos_ids(target)

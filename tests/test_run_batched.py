@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from specplan.cli.main import main
+from specplan.core.prompts import Prompt
 
 PROMPTS = ["Hello there, hello there, hello", "def add(a, b): return a + b\ndef add(", "One two three one two",
            "Why?", "The cat sat on the mat. The cat sat on the"]
@@ -76,3 +77,34 @@ def test_a_tree_plan_is_refused_in_one_line(ngram_plan, capsys, tmp_path):
     capsys.readouterr()
     assert main(["run", str(tree_path), "--prompt", "Hi", "--batch", "2", "--force"]) == 2
     assert "the batched runtime runs plain decoding or one sequence stage" in capsys.readouterr().err
+
+
+def test_a_chain_tree_runs_as_its_sequence(ngram_plan, capsys):
+    plan_path, prompts_path = ngram_plan
+    document = yaml.safe_load(plan_path.read_text())
+    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 1]}}]
+    chain_path = plan_path.parent / "chain.yaml"
+    chain_path.write_text(yaml.safe_dump(document, sort_keys=False))
+    capsys.readouterr()
+    assert main(["run", str(chain_path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
+                 "--json", "--compare-plain", "--force"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert all(record["identical_to_plain"] for record in records)
+    assert records[0]["configuration"] == "ngram-3 -> target (sequence gamma 2)"
+
+
+def test_batched_bench_measures_every_method_at_every_batch(ngram_plan):
+    from specplan.api import Runner
+    from specplan.bench.batched import crossover, measure_batch, table
+
+    plan_path, _ = ngram_plan
+    runner = Runner.open(plan_path, force=True).plan_runner
+    prompts = [runner.check_prompt(Prompt("p", "p", text), 6) for text in PROMPTS[:3]]
+    points = [point for batch in (1, 2, 4) for point in measure_batch(runner, prompts, batch, 6, repeats=1)]
+    assert {(p.batch, p.method) for p in points} == {(b, m) for b in (1, 2, 4)
+                                                    for m in ("schedule", "plan", "plain-runtime", "plain")}
+    assert all(p.tokens_per_s > 0 and p.new_tokens > 0 for p in points)
+    # float32: the speculative stage and transformers' padded generate commit plain decoding's tokens
+    assert all(p.identical == p.batch for p in points)
+    assert "| 4 | plain | transformers generate, left padding |" in table(points)
+    assert crossover(points) in (None, 1, 2, 4)

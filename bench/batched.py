@@ -1,0 +1,162 @@
+"""Whole-batch tokens/s at every batch size (issue 18): the schedule's choice, the batch-1 plan run
+at that batch, the batched runtime's plain decoding and transformers ``generate`` with left
+padding, each beside the schedule's prediction (planner-math.md section 11.2; docs/guide.md,
+"Batched runs").
+
+At batch ``b`` every method decodes the same ``b`` prompts together; the methods are
+interleaved (their order rotates per repeat) and each point is the median over repeats of
+``committed tokens / wall seconds`` for the whole batch, prefill included. Identity: each
+method's outputs against the batched runtime's plain decoding, sequence by sequence (exact in
+float32; 16-bit batched kernels may part at near-ties).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specplan.core.errors import PlanError
+from specplan.runtime.batched_build import build_batched_engine, check_batchable, describe, stages_at
+from specplan.runtime.build import eos_ids
+from specplan.runtime.runner import PlanRunner
+from specplan.runtime.timing import now
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """One method at one batch size."""
+
+    batch: int
+    method: str  # schedule | plan | plain-runtime | plain
+    configuration: str
+    tokens_per_s: float  # median over repeats, whole batch
+    predicted_tokens_per_s: float | None  # the schedule's row for exactly this batch, else None
+    new_tokens: int
+    identical: int  # sequences token-identical to plain-runtime's
+
+    def as_record(self) -> dict:
+        return {"batch": self.batch, "method": self.method, "configuration": self.configuration,
+                "tokens_per_s": round(self.tokens_per_s, 3), "new_tokens": self.new_tokens,
+                "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None
+                else round(self.predicted_tokens_per_s, 3), "identical": self.identical}
+
+
+# A decoder: prompts -> (outputs per prompt, whole-batch seconds)
+Decoder = Callable[[list[list[int]], int], tuple[list[tuple[int, ...]], float]]
+
+
+def engine_decoder(engine) -> Decoder:
+    def decode(prompts: list[list[int]], max_new_tokens: int):
+        result = engine.generate(prompts, max_new_tokens)
+        return [sequence.token_ids for sequence in result.sequences], result.seconds
+    return decode
+
+
+def generate_decoder(runner: PlanRunner) -> Decoder:
+    """transformers ``generate`` (greedy) over the batch, left-padded, stopping each row at EOS."""
+    model, device = runner.target.model, runner.device
+    stop = sorted(eos_ids(runner.target))
+    pad = runner.target.tokenizer.pad_token_id
+    pad = stop[0] if pad is None else pad
+
+    @torch.inference_mode()
+    def decode(prompts: list[list[int]], max_new_tokens: int):
+        width = max(len(prompt) for prompt in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+        start = now(device)
+        output = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                                eos_token_id=stop or None, pad_token_id=pad)
+        seconds = now(device) - start
+        return [_until_eos(row[width:].tolist(), set(stop)) for row in output], seconds
+    return decode
+
+
+def _until_eos(tokens: list[int], stop: set[int]) -> tuple[int, ...]:
+    for index, token in enumerate(tokens):
+        if token in stop:
+            return tuple(tokens[: index + 1])
+    return tuple(tokens)
+
+
+def _methods(runner: PlanRunner, batch: int) -> dict[str, tuple[str, Decoder | None, float | None]]:
+    """name -> (configuration, decoder or None when it cannot run batched, predicted tokens/s)."""
+    plan = runner.plan
+    row = plan.schedule.row_for(batch) if plan.schedule is not None else None
+    exact = row is not None and row.batch == batch
+    chosen, _ = stages_at(plan, batch)
+    methods = {}
+    for name, stages, predicted in (("schedule", chosen, row.tokens_per_s if exact else None),
+                                    ("plan", tuple(plan.stages), row.plan_tokens_per_s if exact else None)):
+        try:
+            check_batchable(stages, plan)
+            decoder = engine_decoder(build_batched_engine(runner, batch, stages))
+        except PlanError as error:  # a tree, a hierarchy, a draft head: reported as not run, with the reason
+            methods[name] = (f"{describe(stages, plan.target)}: not run ({error})", None, predicted)
+            continue
+        methods[name] = (describe(stages, plan.target), decoder, predicted)
+    plain = row.plain_tokens_per_s if exact else None
+    methods["plain-runtime"] = (describe((), plan.target) + " (batched runtime)",
+                                engine_decoder(build_batched_engine(runner, batch, ())), plain)
+    methods["plain"] = ("transformers generate, left padding", generate_decoder(runner), plain)
+    return methods
+
+
+def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, max_new_tokens: int,
+                  repeats: int) -> list[BatchPoint]:
+    """Every method at ``batch`` on the first ``batch`` prompts (cycled when there are fewer)."""
+    chosen = [list(prompts[index % len(prompts)]) for index in range(batch)]
+    methods = _methods(runner, batch)
+    runnable = [name for name, (_, decoder, _) in methods.items() if decoder is not None]
+    for name in runnable:  # warm-up: allocator, kernels, caches
+        methods[name][1](chosen, min(8, max_new_tokens))
+    rates: dict[str, list[float]] = {name: [] for name in runnable}
+    outputs: dict[str, list[tuple[int, ...]]] = {}
+    for repeat in range(repeats):
+        shift = repeat % len(runnable)
+        for name in [*runnable[shift:], *runnable[:shift]]:
+            tokens, seconds = methods[name][1](chosen, max_new_tokens)
+            rates[name].append(sum(len(t) for t in tokens) / seconds if seconds > 0 else 0.0)
+            outputs[name] = tokens
+    reference = outputs["plain-runtime"]
+    points = []
+    for name, (configuration, decoder, predicted) in methods.items():
+        if decoder is None:
+            points.append(BatchPoint(batch, name, configuration, 0.0, predicted, 0, 0))
+            continue
+        same = sum(a == b for a, b in zip(outputs[name], reference))
+        points.append(BatchPoint(batch, name, configuration, statistics.median(rates[name]), predicted,
+                                 sum(len(t) for t in outputs[name]), same))
+    return points
+
+
+PLAIN_METHODS = ("plain", "plain-runtime")
+
+
+def crossover(points: Sequence[BatchPoint], method: str = "plan") -> int | None:
+    """The smallest measured batch from which plain decoding (the faster of ``plain`` and
+    ``plain-runtime``) is at least as fast as ``method`` at every larger measured batch (None:
+    ``method`` stays faster at the largest): the schedule's crossover (planner-math.md 11.2), measured."""
+    batches = sorted({point.batch for point in points})
+    rate = {(p.batch, p.method): p.tokens_per_s for p in points}
+    found = None
+    for batch in reversed(batches):
+        plain = max(rate.get((batch, name), 0.0) for name in PLAIN_METHODS)
+        if plain >= rate.get((batch, method), 0.0):
+            found = batch
+        else:
+            break
+    return found
+
+
+def table(points: Sequence[BatchPoint]) -> str:
+    """Markdown: one row per batch and method, measured beside predicted."""
+    lines = ["| batch | method | configuration | measured tok/s | predicted tok/s | identical |", "|---|---|---|---|---|---|"]
+    for p in points:
+        predicted = "-" if p.predicted_tokens_per_s is None else f"{p.predicted_tokens_per_s:.1f}"
+        lines.append(f"| {p.batch} | {p.method} | {p.configuration} | {p.tokens_per_s:.1f} | {predicted} | "
+                     f"{p.identical}/{p.batch} |")
+    return "\n".join(lines)
