@@ -10,7 +10,7 @@ from specplan.cli.plan import solve_and_write
 from specplan.core.errors import SpecplanError
 from specplan.core.profile import load_profile, save_profile
 
-MEASURING_FLAGS = ("target", "drafter", "quant", "prompts", "limit")
+MEASURING_FLAGS = ("target", "drafter", "prompts", "limit")
 
 
 def _check_flags(args) -> None:
@@ -30,7 +30,14 @@ def latency_only_command(args) -> int:
     from specplan.cli.profile import check_outputs
     from specplan.models.arch import resolve_arch
 
+    from specplan.quant.backends import require_backend
+    from specplan.quant.methods import normalize_quants, parse_method
+
     specs = [resolve_arch(value) for value in args.arch]
+    quants = tuple(normalize_quants(args.quant))  # the target's precision first, then variants
+    for quant in quants:
+        if quant != "none":
+            require_backend(parse_method(quant))  # a missing backend is one line before anything is built
     borrowed = load_profile(args.acceptance_from) if args.acceptance_from else None
     if borrowed is None and not args.no_plan:
         print("specplan: no --acceptance-from, so no plan is solved (latency curves only)")
@@ -47,7 +54,8 @@ def latency_only_command(args) -> int:
     dtype = resolve_dtype(args.dtype)
     settings = LatencyOnlySettings(dtype=dtype, runtime=runtime_of(args),
                                    repeats=ProfileSettings.quick().repeats if args.quick else ProfileSettings().repeats,
-                                   batch_sizes=parse_batch_sizes(getattr(args, "batch_sizes", None)) or (1,))
+                                   batch_sizes=parse_batch_sizes(getattr(args, "batch_sizes", None)) or (1,),
+                                   quants=quants)
     profile = run_latency_only(specs, device, settings, borrowed, str(args.acceptance_from or ""))
     save_profile(profile, args.output)
     print(f"specplan: wrote {args.output}")

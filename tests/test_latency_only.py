@@ -117,3 +117,42 @@ def test_a_latency_only_plan_cannot_run(tmp_path, capsys):
 
     with pytest.raises(ModelError, match="latency-only shape"):
         resolve_model_dir("arch:llama-3-8b")
+
+
+def test_a_4bit_latency_only_profile_packs_random_weights(tmp_path, capsys):
+    """--quant gptq --quant nf4 --quant none: the target is GPTQ-packed random weights, NF4 and
+    16-bit are comparison variants; every curve is measured (finite, positive)."""
+    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("gptqmodel")
+    config = write_config(tmp_path)
+    output = tmp_path / "profile.yaml"
+    code = main(["profile", "--latency-only", "--arch", str(config), "--quant", "gptq", "--quant", "nf4",
+                 "--quant", "none", "--quick", "--device", "cpu", "-o", str(output)])
+    assert code == 0, capsys.readouterr().err
+    profile = load_profile(output)
+    entries = {model.id: model for model in profile.models}
+    assert set(entries) == {"target", "target-nf4", "target-bfloat16"}
+    assert entries["target"].quant == "gptq-w4g64" and entries["target-nf4"].quant == "nf4"
+    assert entries["target-bfloat16"].quant == "none" and entries["target-nf4"].role == "variant"
+    assert "packed as gptq" in profile.calibration["sources"]["target"]
+    for model in profile.models:
+        assert all(ms > 0 for ms in model.latency[0].ms)
+
+
+def test_random_gptq_packing_has_the_checkpoint_shapes(tmp_path):
+    """qweight [in/8, out], qzeros [in/group, out/8] of symmetric zeros, scales [in/group, out], g_idx."""
+    from safetensors import safe_open
+
+    from specplan.models.arch import build_random
+    from specplan.quant.random_weights import SYMMETRIC_ZEROS, random_label, write_random_gptq
+
+    spec = resolve_arch(str(write_config(tmp_path)))
+    folder = write_random_gptq(build_random(spec, "bfloat16", "cpu"), tmp_path / "gptq")
+    with safe_open(str(folder / "model.safetensors"), "pt") as tensors:
+        qweight = tensors.get_tensor("model.layers.0.mlp.down_proj.qweight")
+        qzeros = tensors.get_tensor("model.layers.0.mlp.down_proj.qzeros")
+        scales = tensors.get_tensor("model.layers.0.mlp.down_proj.scales")
+        g_idx = tensors.get_tensor("model.layers.0.mlp.down_proj.g_idx")
+    assert qweight.shape == (128 // 8, 64) and scales.shape == (128 // 64, 64) and qzeros.shape == (2, 8)
+    assert bool((qzeros == SYMMETRIC_ZEROS).all()) and g_idx.tolist() == [i // 64 for i in range(128)]
+    assert random_label(spec.config, "gptq") == "gptq-w4g64" and random_label(spec.config, "nf4") == "nf4"
