@@ -9,7 +9,7 @@ from pathlib import Path
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
-from specplan.cli.export_drafters import planned_gguf, write_llama_cpp_drafter
+from specplan.cli.export_drafters import planned_gguf, planned_heads, write_head_checkpoint, write_llama_cpp_drafter
 from specplan.planner.export import describe, engine_support, export_plan
 from specplan.planner.export_models import ModelNames
 from specplan.planner.export_schedule import export_schedule, vllm_schedule_command
@@ -31,7 +31,8 @@ def add_parser(commands) -> None:
 
 
 
-def model_names(profile, engine: str, planned: tuple[tuple[str, str], ...] = ()) -> ModelNames:
+def model_names(profile, engine: str, planned: tuple[tuple[str, str], ...] = (),
+                heads: tuple[tuple[str, str], ...] = ()) -> ModelNames:
     """How the command names the profile's models; for llama.cpp, the GGUF files found on this machine
     and those ``planned`` to be written from model folders."""
     found = list(planned)
@@ -46,7 +47,7 @@ def model_names(profile, engine: str, planned: tuple[tuple[str, str], ...] = ())
                 path = None
             if path is not None:
                 found.append((source, str(path)))
-    return ModelNames(profile.target.source, profile.device.kind, tuple(found))
+    return ModelNames(profile.target.source, profile.device.kind, tuple(found), heads=heads)
 
 
 def profile_source(profile, drafter: str) -> str:
@@ -76,12 +77,15 @@ def command(args) -> int:
     options = runtime_options(args.max_budget, args.max_depth, plan.temperature)
     output = Path(args.output) if args.output else Path(args.plan).parent / f"export-{args.engine}"
     planned = planned_gguf(profile, output) if args.engine == "llama.cpp" else ()
-    names = model_names(profile, args.engine, planned)
+    heads = planned_heads(profile, output) if args.engine in ("vllm", "sglang") else ()
+    names = model_names(profile, args.engine, planned, heads)
     result = export_plan(profile, args.engine, options, profile_path=str(profile_path),
                          profile_sha256=file_sha256(profile_path), names=names)
     written = []
     if args.engine == "llama.cpp" and result.stage is not None:
         written = write_llama_cpp_drafter(result.stage, profile_source(profile, result.stage.drafter), names, planned)
+    if heads and result.stage is not None:
+        written = write_head_checkpoint(result.stage, profile_source(profile, result.stage.drafter), heads)
     lines = describe(result) + [f"wrote {path} (the drafter in {result.engine}'s format)" for path in written]
     schedule, config = None, result.config
     if len(batch_sizes(profile)) > 1:  # T(n, b): the setting per batch size, or the loss of one setting

@@ -30,6 +30,8 @@ def render_vllm(stage: Stage | None, spec: DrafterSpec | None, names: ModelNames
         # our ngram:N tries n-grams N..1, the most recent match first
         config = {"method": "ngram", "num_speculative_tokens": gamma,
                   "prompt_lookup_max": int(spec.argument), "prompt_lookup_min": 1}
+    elif spec.kind == "head":  # the EAGLE-3 checkpoint specplan wrote from the head
+        config = {"method": "eagle3", "model": names.name(spec.argument, "vllm"), "num_speculative_tokens": gamma}
     else:
         config = {"method": "draft_model", "model": names.name(spec.argument, "vllm"),
                   "num_speculative_tokens": gamma}
@@ -49,7 +51,7 @@ def render_sglang(stage: Stage | None, spec: DrafterSpec | None, names: ModelNam
         words += ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(draft_tokens),
                   "--speculative-ngram-max-bfs-breadth", str(topk)]
     else:
-        words += ["--speculative-algorithm", "STANDALONE",
+        words += ["--speculative-algorithm", "EAGLE3" if spec.kind == "head" else "STANDALONE",
                   "--speculative-draft-model-path", names.name(spec.argument, "sglang"),
                   "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
                   "--speculative-num-draft-tokens", str(draft_tokens)]

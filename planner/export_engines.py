@@ -64,8 +64,7 @@ class EngineSupport:
         except DrafterSpecError:
             return Verdict(False, ENGINE_GAP, f"{source!r} is not a drafter spec this version knows")
         if spec.kind == "head" and self.head_format:
-            return Verdict(False, ARTIFACT_GAP, f"{self.name} runs {self.head_format} heads, but specplan's head "
-                           "files are not in that format yet")
+            return self._judge_head(spec.argument, names or ModelNames(""))
         if spec.kind not in self.drafter_kinds:
             return Verdict(False, ENGINE_GAP, f"{self.name} has no method for {spec.kind} drafters")
         if spec.kind == "layerskip" and "," in spec.argument:
@@ -76,6 +75,18 @@ class EngineSupport:
                            f"writes GGUF from Llama / Qwen2 save_pretrained folders, and {spec.argument} is not "
                            "one on this machine")
         return Verdict(True)
+
+
+    def _judge_head(self, directory: str, names: ModelNames) -> Verdict:
+        """vLLM and SGLang run an EAGLE-3 checkpoint specplan writes from a head of that layout."""
+        if self.name in ("vllm", "sglang") and directory in dict(names.heads):
+            return Verdict(True)
+        if self.name in ("vllm", "sglang"):
+            return Verdict(False, ARTIFACT_GAP, f"{self.name} runs {self.head_format} heads; specplan writes an "
+                           f"EAGLE-3 checkpoint from a head distilled with --layout eagle3, and {directory} is not "
+                           "one on this machine (EAGLE-1 layout: fuse + decoder layer, which no engine loads)")
+        return Verdict(False, ARTIFACT_GAP, f"{self.name} runs {self.head_format} heads, but specplan does not "
+                       "write that format yet")
 
 
 ENGINES = {

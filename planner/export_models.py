@@ -34,12 +34,15 @@ class ModelNames:
     device: str = "cpu"  # the profile's device kind: cpu | cuda | ...
     gguf_paths: tuple[tuple[str, str], ...] = ()  # (MODEL source, GGUF file path)
     overrides: tuple[tuple[str, str], ...] = field(default=())  # (MODEL source, the name to print)
+    heads: tuple[tuple[str, str], ...] = ()  # (head DIR, its EAGLE-3 checkpoint folder for vLLM / SGLang)
 
     def name(self, source: str, engine: str) -> str:
         """What ``engine``'s command calls the model specplan calls ``source``."""
         given = dict(self.overrides)
         if source in given:
             return given[source]
+        if engine in ("vllm", "sglang") and source in dict(self.heads):
+            return dict(self.heads)[source]
         if engine == "llama.cpp":
             return dict(self.gguf_paths).get(source) or GGUF_FILES.get(source, source)
         return HUB_IDS.get(source, source)

@@ -18,6 +18,9 @@ TRANSFORMERS_TOKENS = ("num_assistant_tokens is read from the assistant's genera
                        "target's own), so the snippet sets it there; a generate() argument would not reach it")
 LLAMA_NGRAM = ("llama.cpp's ngram-simple matches exactly size-n tokens (no fall-back to shorter n-grams as "
                "measured), so its acceptance may be lower than predicted")
+EAGLE3_HEAD = ("the EAGLE-3 checkpoint reads the target's final hidden state (eagle_config.use_aux_hidden_state "
+               "false, no fc over three layers) and shares the target's embedding; its names were checked against "
+               "the engines' loaders read at a recorded commit, but it was not run in vLLM or SGLang here")
 SGLANG_TREE = ("SGLang grows its tree dynamically; the prediction is the static DP tree with the same budget, "
                "depth and widest branching")
 
@@ -45,6 +48,8 @@ def engine_notes(engine: str, stage: Stage | None, source: str, names: ModelName
         notes += [SGLANG_CPU] if names.device == "cpu" and stage is not None else []
     if engine == "transformers" and stage is not None:
         notes += [TRANSFORMERS_BATCH] + ([TRANSFORMERS_TOKENS] if _kind(source) != "ngram" else [])
+    if engine in ("vllm", "sglang") and _kind(source) == "head" and stage is not None:
+        notes.append(EAGLE3_HEAD)
     if engine == "llama.cpp" and _kind(source) == "ngram":
         notes.append(LLAMA_NGRAM)
     if engine != "llama.cpp":
