@@ -45,6 +45,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--acceptance-from", default=None, metavar="PROFILE",
                         help="with --latency-only: copy acceptance from this measured profile (its target and "
                              "model drafters stand for the --arch shapes, in order); without it no plan is solved")
+    parser.add_argument("--engine", default=None, choices=["llama.cpp"],
+                        help="measure T(n) with this serving engine (llama-cpp-python) on the models' GGUF files; "
+                             "acceptance and drafters come from --acceptance-from PROFILE")
     add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
                                    "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "
                                    "`specplan plan` then writes a schedule per batch size")
@@ -79,6 +82,10 @@ def check_outputs(args) -> Path | None:
 
 
 def command(args) -> int:
+    if args.engine:
+        from specplan.cli.profile_engine import engine_profile_command
+
+        return engine_profile_command(args)
     if args.latency_only or args.arch or args.acceptance_from:
         from specplan.cli.profile_latency import latency_only_command
 

@@ -30,7 +30,7 @@ from specplan.core.profile import Profile
 from .export_commands import render
 from .export_engines import ARTIFACT_GAP, ENGINES, EngineSupport, sglang_candidates, sglang_fits, tree_numbers
 from .export_models import ModelNames
-from .export_notes import engine_notes
+from .export_notes import ENGINE_MEASURED, engine_notes
 from .options import PlanOptions
 from .solve import PlanResult, solve_plan
 
@@ -164,6 +164,8 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     stage = _last_stage(restricted)
     source = _source(profile, stage.drafter) if stage else ""
     notes = engine_notes(engine.name, stage, source, names)
+    if profile.device.source == engine.name:  # latency measured by the engine itself (profile --engine)
+        notes = (ENGINE_MEASURED.format(engine=engine.name),) + notes[1:]
     config = render(engine.name, stage, source, names)
     return ExportResult(engine.name, config, stage, restricted, unrestricted, excluded, notes, unwritable, limits)
 

@@ -8,6 +8,8 @@ from .export_models import HUB_IDS, HUB_NOTE, ModelNames
 
 MEASURED_HERE = ("the prediction uses the latencies in the profile (specplan's runtime, or a SKU's roofline), "
                  "not the engine's own step costs")
+ENGINE_MEASURED = ("the prediction uses {engine}'s own T(n), measured by `specplan profile --engine {engine}` on "
+                   "the files the command loads")
 SGLANG_TRIE = ("SGLang's NGRAM drafts from one trie filled by the tokens of every request it has served, not "
                "from the current prompt alone, and has no n-gram window flag: acceptance may differ from the "
                "prompt lookup the profile measured")
