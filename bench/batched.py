@@ -160,3 +160,27 @@ def table(points: Sequence[BatchPoint]) -> str:
         lines.append(f"| {p.batch} | {p.method} | {p.configuration} | {p.tokens_per_s:.1f} | {predicted} | "
                      f"{p.identical}/{p.batch} |")
     return "\n".join(lines)
+
+
+def measure_batches(runner: PlanRunner, prompts: Sequence[list[int]], batches: Sequence[int], max_new_tokens: int,
+                    repeats: int, progress: Callable[[str], None] | None = None) -> list[BatchPoint]:
+    """:func:`measure_batch` at every batch size, in order."""
+    points = []
+    for batch in batches:
+        points.extend(measure_batch(runner, prompts, batch, max_new_tokens, repeats))
+        if progress is not None:
+            progress(f"batch {batch} measured")
+    return points
+
+
+def report(points: Sequence[BatchPoint], plan, meta: dict) -> tuple[str, dict]:
+    """The markdown (table, then measured vs predicted crossover) and the JSON document."""
+    schedule = plan.schedule
+    predicted = schedule.crossover_batch if schedule is not None else None
+    measured = crossover(points)
+    shown = "n/a (the plan has no schedule)" if schedule is None else (predicted if predicted is not None else "none")
+    text = (table(points) + "\n\ncrossover batch (plain decoding at least as fast as the batch-1 plan from here on): "
+            f"measured {measured if measured is not None else 'none'}, predicted {shown}\n")
+    document = {**meta, "points": [point.as_record() for point in points],
+                "crossover_batch": {"measured": measured, "predicted": predicted}}
+    return text, document

@@ -23,7 +23,7 @@ from specplan.core.quiet import quiet_libraries
 quiet_libraries(verbose=False)  # before torch imports: no library chatter
 
 from specplan.api import Runner  # noqa: E402
-from specplan.bench.batched import crossover, measure_batch, table  # noqa: E402
+from specplan.bench.batched import measure_batches, report  # noqa: E402
 from specplan.cli.batch_option import parse_batch_sizes  # noqa: E402
 from specplan.core.errors import SpecplanError  # noqa: E402
 from specplan.core.prompts import read_prompts, spec_bench_split, stratified  # noqa: E402
@@ -52,26 +52,18 @@ def main(argv=None) -> int:
             raise SpecplanError("--max-new-tokens, --repeats and --limit must be at least 1")
         prompts = read_prompts(args.prompts) if args.prompts else stratified(spec_bench_split("evaluation"), args.limit)
         runner = Runner.open(args.plan, runtime=runtime_from_environment(args.runtime), force=args.force)
+        plan_runner = runner.plan_runner
+        encoded = [plan_runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts[: args.limit]]
     except SpecplanError as error:
         print(f"batched: error: {error}", file=sys.stderr)
         return 2
-    plan_runner = runner.plan_runner
-    encoded = [plan_runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts[: args.limit]]
-    points = []
-    for batch in batches:
-        points.extend(measure_batch(plan_runner, encoded, batch, args.max_new_tokens, args.repeats))
-        print(f"batch {batch} measured", file=sys.stderr, flush=True)
-    print(table(points))
-    schedule = runner.plan.schedule
-    predicted = schedule.crossover_batch if schedule is not None else None
-    measured = crossover(points)
-    print(f"\ncrossover batch (plain decoding at least as fast as the batch-1 plan from here on): measured "
-          f"{measured if measured is not None else 'none'}, predicted "
-          f"{predicted if predicted is not None else 'none' if schedule is not None else 'n/a (no schedule)'}")
+    points = measure_batches(plan_runner, encoded, batches, args.max_new_tokens, args.repeats,
+                             lambda line: print(line, file=sys.stderr, flush=True))
+    meta = {"plan": args.plan, "device": str(plan_runner.device), "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats}
+    text, document = report(points, runner.plan, meta)
+    print(text)
     if args.json:
-        document = {"plan": args.plan, "device": str(plan_runner.device), "max_new_tokens": args.max_new_tokens,
-                    "repeats": args.repeats, "points": [point.as_record() for point in points],
-                    "crossover_batch": {"measured": measured, "predicted": predicted}}
         from specplan.core.files import write_text_atomic
 
         write_text_atomic(args.json, json.dumps(document, indent=2) + "\n")

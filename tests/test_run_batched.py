@@ -108,3 +108,18 @@ def test_batched_bench_measures_every_method_at_every_batch(ngram_plan):
     assert all(p.identical == p.batch for p in points)
     assert "| 4 | plain | transformers generate, left padding |" in table(points)
     assert crossover(points) in (None, 1, 2, 4)
+
+
+def test_bench_batch_writes_the_table_and_the_crossover(ngram_plan, capsys, tmp_path):
+    plan_path, prompts_path = ngram_plan
+    capsys.readouterr()
+    assert main(["bench", str(plan_path), "--batch", "2,1", "--prompts", str(prompts_path), "--limit", "2",
+                 "--max-new-tokens", "4", "--report", str(tmp_path / "out"), "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 | plain-runtime |" in out and "crossover batch" in out and "predicted n/a" in out
+    document = json.loads((tmp_path / "out" / "batched.json").read_text())
+    assert [(p["batch"], p["method"]) for p in document["points"]] == [
+        (b, m) for b in (1, 2) for m in ("schedule", "plan", "plain-runtime", "plain")]
+    assert all(p["identical"] == p["batch"] and p["tokens_per_s"] > 0 for p in document["points"])
+    assert main(["bench", str(plan_path), "--batch", "0,2"]) == 2
+    assert "--batch '0,2'" in capsys.readouterr().err

@@ -1,0 +1,50 @@
+"""``specplan bench PLAN --batch 1,2,4,8``: whole-batch tokens/s per batch size of the schedule's
+choice, the batch-1 plan, the batched runtime's plain decoding and transformers ``generate`` with
+left padding, beside the schedule's prediction (specplan.bench.batched; docs/guide.md, "Batched runs")."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from specplan.cli.batch_option import parse_batch_sizes
+from specplan.cli.options import chosen_runtime
+from specplan.core.contract import load_plan_and_profile
+from specplan.core.errors import SpecplanError
+from specplan.core.outputs import check_output_folder
+from specplan.core.prompts import read_prompts, stratified
+from specplan.core.workloads import workload_split
+
+REPEATS = 3  # timed runs per method and batch (the median is reported)
+
+
+def bench_batched(args) -> int:
+    batches = parse_batch_sizes(args.batch, "--batch")
+    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    prompts = read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation")
+    prompts = stratified(prompts, args.limit)
+    if args.report:
+        check_output_folder(args.report, flag="--report")
+    from specplan.bench.batched import measure_batches, report
+    from specplan.core.files import write_text_atomic
+    from specplan.models.load import quiet_transformers
+    from specplan.runtime.runner import PlanRunner
+
+    quiet_transformers()
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args))
+    encoded = [runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts]
+    if not encoded:
+        raise SpecplanError("no prompts to measure; pass --prompts FILE with at least one prompt")
+    points = measure_batches(runner, encoded, batches, args.max_new_tokens, REPEATS,
+                             lambda line: print(f"specplan: {line}", file=sys.stderr, flush=True))
+    meta = {"plan": str(args.plan), "device": str(runner.device), "max_new_tokens": args.max_new_tokens,
+            "repeats": REPEATS, "prompts": len(encoded)}
+    text, document = report(points, plan, meta)
+    if args.report:
+        folder = Path(args.report)
+        write_text_atomic(folder / "batched.md", text)
+        write_text_atomic(folder / "batched.json", json.dumps(document, indent=2) + "\n")
+        print(f"specplan: wrote {folder}/batched.md, batched.json", file=sys.stderr)
+    print(text)
+    return 0
