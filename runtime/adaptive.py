@@ -27,8 +27,9 @@ from specplan.planner.posterior import posterior_entry
 from specplan.planner.replan import Replanner
 from specplan.planner.solve import summarize
 from specplan.runtime.drafters.base import Drafter, SamplingConfig
+from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import GenerationResult
-from specplan.runtime.live_acceptance import LiveAcceptance
+from specplan.runtime.live_acceptance import ROW_TOP, LiveAcceptance, top_rows
 from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
@@ -137,11 +138,25 @@ class AdaptiveEngine:
         runner = self.families[index].runner(stages)
         if id(runner) not in self.wired:
             self.wired.add(id(runner))
-            runner.listeners.append(self.live.record)
-            for learner in self.learners:
-                if learner is not runner.drafter:
-                    runner.listeners.append(lambda tokens, logits, parents, learner=learner: learner.observe(tokens, logits))
+            others = [learner for learner in self.learners if learner is not runner.drafter]
+            runner.listeners.append(lambda tokens, logits, parents: self._observe(others, tokens, logits, parents))
         return runner
+
+    def _observe(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
+        """One target forward, reduced once to its rows' top-k, for the live scores and for the
+        Token Recycling tables of the candidates not playing this round."""
+        tables = [learner for learner in learners if isinstance(learner, RecycleDrafter)]
+        for learner in learners:
+            if not isinstance(learner, RecycleDrafter):
+                learner.observe(tokens, logits)  # e.g. a graft: its own way of learning
+        if not tables and not self.live.wants_rows:
+            self.live.record_top(tokens, torch.empty(0), torch.empty(0), parents)  # keeps positions in step
+            return
+        count = max([ROW_TOP] + [learner.top_k for learner in tables])
+        ids, probs = top_rows(logits, count)  # [n, count] each
+        self.live.record_top(tokens, ids, probs, parents)
+        for learner in tables:
+            learner.table.update_top(tokens, ids, probs)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  on_commit: Callable[[list[int]], None] | None = None) -> AdaptiveResult:

@@ -35,6 +35,15 @@ from specplan.runtime.drafters.recycle import RecycleDrafter
 ROW_TOP = 8  # top-k of each target row kept for Token Recycling's table
 
 
+def top_rows(logits: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``count`` most probable next tokens of each row of logits [n, vocab] and their
+    probabilities, both [n, count] (top-k of the logits, normalised by the row's logsumexp: no
+    full softmax is materialised)."""
+    logits = logits.float()
+    top = torch.topk(logits, min(count, logits.shape[-1]), dim=-1)
+    return top.indices, torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True))
+
+
 class _Replay:
     """One drafter instance brought to successive virtual round roots of the request."""
 
@@ -150,13 +159,22 @@ class LiveAcceptance:
         """The next target forward's first fed token sits at ``first_position`` of the request."""
         self.first = first_position
 
+    @property
+    def wants_rows(self) -> bool:
+        """Whether a replayed drafter learns from the target's rows (Token Recycling)."""
+        return any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values())
+
     def record(self, tokens: list[int], logits: torch.Tensor, parents: tuple[int, ...] | None) -> None:
         """A target forward (listener): keep its rows' top-k until the round tells which are committed."""
-        if not any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values()):
-            return
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # [n, vocab]
-        top = torch.topk(log_probs, min(ROW_TOP, log_probs.shape[-1]), dim=-1)
-        self.pending.append((self.first, list(tokens), parents, top.indices.cpu(), top.values.cpu()))
+        if self.wants_rows:
+            ids, probs = top_rows(logits, ROW_TOP)
+            self.record_top(tokens, ids, probs, parents)
+
+    def record_top(self, tokens: list[int], ids: torch.Tensor, probs: torch.Tensor,
+                   parents: tuple[int, ...] | None) -> None:
+        """:meth:`record` from rows already reduced to their top-k: ids [n, k], probabilities [n, k]."""
+        if self.wants_rows:
+            self.pending.append((self.first, list(tokens), parents, ids.cpu(), torch.log(probs).cpu()))
         self.first += len(tokens)
 
     def commit(self, committed: list[int]) -> None:
