@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--no-cold", action="store_true", help="skip the cold package build")
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES),
+                        help="comma list of runtimes to run, eager first (default: eager,compiled,jit)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", choices=RUNTIMES, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -116,8 +118,11 @@ def main() -> None:
         if not args.no_cold:
             result["cold_build"] = cold_build(args, {**environment, "TORCHINDUCTOR_CACHE_DIR": inductor_cache})
             print(f"cold build: {result['cold_build']['seconds']} s ({result['cold_build']['package']})", flush=True)
-    records = {runtime: run_child(args, runtime, environment) for runtime in RUNTIMES}
-    table = [summarise(records[runtime], records["eager"]) for runtime in RUNTIMES]
+    chosen = [name for name in args.runtimes.split(",") if name]
+    if chosen[:1] != ["eager"] or not set(chosen) <= set(RUNTIMES):
+        raise SystemExit(f"--runtimes: eager first, then any of {', '.join(RUNTIMES[1:])}")
+    records = {runtime: run_child(args, runtime, environment) for runtime in chosen}
+    table = [summarise(records[runtime], records["eager"]) for runtime in chosen]
     eager_steady = table[0]["steady_tok_s"]
     print(f"{args.model} ({args.dtype}), {args.limit} Spec-Bench evaluation prompts x {args.max_new_tokens} new tokens, "
           f"plain greedy decoding, {records['eager']['threads']} threads, each runtime a fresh process")
