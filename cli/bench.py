@@ -39,6 +39,12 @@ def add_parser(commands) -> None:
     parser.add_argument("--batch", default=None, metavar="B,B,...",
                         help="instead: whole-batch tokens/s at these batch sizes (the schedule's choice, the batch-1 plan, "
                              "plain decoding batched) beside the schedule's prediction")
+    parser.add_argument("--engine", default=None, choices=["llama.cpp"],
+                        help="instead: the plan exported for this engine, run in llama-cpp-python against its plain "
+                             "decoding on the same prompts, measured beside the export's prediction")
+    parser.add_argument("--json", action="store_true", help="with --engine: one JSON object instead of the table")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="with --engine: llama.cpp's CPU threads (default: every core; 1 on a shared machine)")
     add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="bench")
 
@@ -114,6 +120,10 @@ def command(args) -> int:
 
     if args.limit < 1 or args.max_new_tokens < 1 or args.grid_limit < 1:
         raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
+    if args.engine is not None:
+        from specplan.cli.bench_engine import bench_engine
+
+        return bench_engine(args)
     if args.batch is not None:
         from specplan.cli.bench_batched import bench_batched
 

@@ -39,6 +39,8 @@ def _prompt_ids(profile, prompts) -> tuple[list[list[int]], set[int]]:
 
 def bench_engine(args) -> int:
     """Run the exported llama.cpp setting and plain llama.cpp; print predicted beside measured."""
+    if args.threads is not None and args.threads < 1:
+        raise SpecplanError("--threads must be at least 1")
     if args.engine != "llama.cpp":
         raise SpecplanError(f"--engine {args.engine!r}: specplan benches llama.cpp only (through llama-cpp-python); "
                             "pass --engine llama.cpp")
@@ -65,13 +67,14 @@ def bench_engine(args) -> int:
                          args.limit)
     prompt_ids, eos = _prompt_ids(profile, prompts)
     context = max(len(ids) for ids in prompt_ids) + args.max_new_tokens + 16
-    runs = methods(str(target), result.stage, source, names, eos, context, os.cpu_count() or 1)
+    threads = args.threads or os.cpu_count() or 1
+    runs = methods(str(target), result.stage, source, names, eos, context, threads)
     rows = run_engine_bench(runs, prompt_ids, args.max_new_tokens)
     plain, exported = rows[0], rows[-1]
     predicted = result.restricted.plan.predicted
     measured_speedup = plain.decode_ms_per_token / exported.decode_ms_per_token
     record = {"engine": "llama.cpp", "config": result.config, "prompts": len(prompt_ids),
-              "max_new_tokens": args.max_new_tokens, "predicted_ms_per_token": predicted.ms_per_token,
+              "max_new_tokens": args.max_new_tokens, "threads": threads, "predicted_ms_per_token": predicted.ms_per_token,
               "predicted_speedup": predicted.speedup, "measured_ms_per_token": exported.decode_ms_per_token,
               "measured_plain_ms_per_token": plain.decode_ms_per_token, "measured_speedup": measured_speedup,
               "same_output_share": agreement(rows), "latency_source": profile.device.source,
@@ -81,7 +84,7 @@ def bench_engine(args) -> int:
         print(json.dumps(record))
         return 0
     print(f"llama.cpp bench of `{result.config}` on {len(prompt_ids)} prompts x {args.max_new_tokens} new tokens "
-          f"(decode ms per token after the first; latency in the prediction: {profile.device.source})")
+          f"(decode ms per token after the first, {threads} threads; latency in the prediction: {profile.device.source})")
     print(f"| method | predicted ms/token | measured ms/token | predicted speedup | measured speedup |")
     print("|---|---|---|---|---|")
     print(f"| llama.cpp plain | {predicted.ms_per_token * predicted.speedup:.2f} | {plain.decode_ms_per_token:.2f} | "

@@ -48,6 +48,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--engine", default=None, choices=["llama.cpp"],
                         help="measure T(n) with this serving engine (llama-cpp-python) on the models' GGUF files; "
                              "acceptance and drafters come from --acceptance-from PROFILE")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="with --engine: the engine's CPU threads (default: every core, as llama-server; on a "
+                             "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
     add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
                                    "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "
                                    "`specplan plan` then writes a schedule per batch size")

@@ -105,7 +105,9 @@ def engine_profile_command(args) -> int:
         raise SpecplanError(f"-o {args.output} is the --acceptance-from profile; write the llama.cpp profile elsewhere")
     plan_path = check_outputs(args)
     output = Path(args.output)
-    threads = os.cpu_count() or 1
+    threads = args.threads or os.cpu_count() or 1
+    if threads < 1:
+        raise SpecplanError("--threads must be at least 1")
     profile, lines = engine_profile(load_profile(args.acceptance_from), output, 2 if args.quick else 5, threads)
     save_profile(profile, output)
     for line in lines:

@@ -20,7 +20,8 @@ STORED = Path(__file__).resolve().parents[1] / "profiles" / "cpu"
 
 
 def bench_json(plan, capsys) -> dict:
-    assert main(["bench", str(plan), "--engine", "llama.cpp", "--limit", "1", "--max-new-tokens", "8", "--json"]) == 0
+    assert main(["bench", str(plan), "--engine", "llama.cpp", "--limit", "1", "--max-new-tokens", "8", "--json",
+                 "--threads", "1"]) == 0
     return json.loads(capsys.readouterr().out)
 
 

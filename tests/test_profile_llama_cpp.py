@@ -33,7 +33,8 @@ def test_llama_cpp_latency_replaces_the_runtime_s(tiny_model_dir, tmp_path, caps
     pytest.importorskip("llama_cpp")
     source = measured_profile(tmp_path, "default", tiny_model_dir)
     out = tmp_path / "engine" / "profile.yaml"
-    assert main(["profile", "--engine", "llama.cpp", "--acceptance-from", str(source), "-o", str(out), "--quick"]) == 0
+    assert main(["profile", "--engine", "llama.cpp", "--acceptance-from", str(source), "-o", str(out), "--quick",
+                 "--threads", "1"]) == 0
     printed = capsys.readouterr().out
     profile = load_profile(out)
     assert profile.device.source == "llama.cpp" and "llama-cpp-python" in profile.device.name
