@@ -82,7 +82,14 @@ def _until_eos(tokens: list[int], stop: set[int]) -> tuple[int, ...]:
     return tuple(tokens)
 
 
-def _methods(runner: PlanRunner, batch: int) -> dict[str, tuple[str, Decoder | None, float | None]]:
+def _engine(runner: PlanRunner, batch: int, stages, built: dict):
+    """The batched engine of ``stages``, built once per run (a model drafter loads once)."""
+    if stages not in built:
+        built[stages] = build_batched_engine(runner, batch, stages)
+    return built[stages]
+
+
+def _methods(runner: PlanRunner, batch: int, built: dict) -> dict[str, tuple[str, Decoder | None, float | None]]:
     """name -> (configuration, decoder or None when it cannot run batched, predicted tokens/s)."""
     plan = runner.plan
     row = plan.schedule.row_for(batch) if plan.schedule is not None else None
@@ -93,23 +100,24 @@ def _methods(runner: PlanRunner, batch: int) -> dict[str, tuple[str, Decoder | N
                                     ("plan", tuple(plan.stages), row.plan_tokens_per_s if exact else None)):
         try:
             check_batchable(stages, plan)
-            decoder = engine_decoder(build_batched_engine(runner, batch, stages))
+            decoder = engine_decoder(_engine(runner, batch, stages, built))
         except PlanError as error:  # a tree, a hierarchy, a draft head: reported as not run, with the reason
             methods[name] = (f"{describe(stages, plan.target)}: not run ({error})", None, predicted)
             continue
         methods[name] = (describe(stages, plan.target), decoder, predicted)
     plain = row.plain_tokens_per_s if exact else None
     methods["plain-runtime"] = (describe((), plan.target) + " (batched runtime)",
-                                engine_decoder(build_batched_engine(runner, batch, ())), plain)
+                                engine_decoder(_engine(runner, batch, (), built)), plain)
     methods["plain"] = ("transformers generate, left padding", generate_decoder(runner), plain)
     return methods
 
 
 def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, max_new_tokens: int,
-                  repeats: int) -> list[BatchPoint]:
-    """Every method at ``batch`` on the first ``batch`` prompts (cycled when there are fewer)."""
+                  repeats: int, built: dict | None = None) -> list[BatchPoint]:
+    """Every method at ``batch`` on the first ``batch`` prompts (cycled when there are fewer);
+    ``built`` keeps engines between batch sizes."""
     chosen = [list(prompts[index % len(prompts)]) for index in range(batch)]
-    methods = _methods(runner, batch)
+    methods = _methods(runner, batch, {} if built is None else built)
     runnable = [name for name, (_, decoder, _) in methods.items() if decoder is not None]
     for name in runnable:  # warm-up: allocator, kernels, caches
         methods[name][1](chosen, min(8, max_new_tokens))
@@ -165,9 +173,9 @@ def table(points: Sequence[BatchPoint]) -> str:
 def measure_batches(runner: PlanRunner, prompts: Sequence[list[int]], batches: Sequence[int], max_new_tokens: int,
                     repeats: int, progress: Callable[[str], None] | None = None) -> list[BatchPoint]:
     """:func:`measure_batch` at every batch size, in order."""
-    points = []
+    points, built = [], {}
     for batch in batches:
-        points.extend(measure_batch(runner, prompts, batch, max_new_tokens, repeats))
+        points.extend(measure_batch(runner, prompts, batch, max_new_tokens, repeats, built))
         if progress is not None:
             progress(f"batch {batch} measured")
     return points

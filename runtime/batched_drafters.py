@@ -104,5 +104,6 @@ class BatchedModelDrafter:
         return [tuple(draft[:size]) for draft, size in zip(drafts, gamma)]
 
     def select(self, indices: Sequence[int]) -> None:
-        self.kv.select(indices)
+        if self.kv.batch:  # nothing to select before the first proposal
+            self.kv.select(indices)
         self.fed = [self.fed[index] for index in indices]

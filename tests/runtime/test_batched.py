@@ -136,3 +136,13 @@ def test_batched_model_drafter_proposes_what_it_would_alone(kind):
         # commit a different share of each draft, then a token the drafter did not propose
         texts = [text + list(draft[: (index + round_index) % 4]) + [90 - index] for index, (text, draft)
                  in enumerate(zip(texts, drafts))]
+
+
+@pytest.mark.parametrize("name", ["ngram", "model"])
+def test_a_sequence_ending_at_its_first_token_leaves_before_any_draft(name):
+    target = tiny_llama("sdpa", seed=0)
+    eos = {reference("sdpa")[3][0]}  # prompt 3's first new token ends it at the prefill
+    draft, gamma = drafter(name, "sdpa", target)
+    result = BatchedEngine(target, CPU, eos, draft, gamma).generate(PROMPTS, NEW_TOKENS)
+    assert [list(s.token_ids) for s in result.sequences] == plain_alone(target, PROMPTS, eos=eos)
+    assert result.sequences[3].token_ids == tuple(eos) and result.sequences[3].committed_per_forward == ()
