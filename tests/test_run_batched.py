@@ -3,6 +3,7 @@ every batch identical to it decoded alone, batch records, one-line errors."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -123,3 +124,24 @@ def test_bench_batch_writes_the_table_and_the_crossover(ngram_plan, capsys, tmp_
     assert all(p["identical"] == p["batch"] and p["tokens_per_s"] > 0 for p in document["points"])
     assert main(["bench", str(plan_path), "--batch", "0,2"]) == 2
     assert "--batch '0,2'" in capsys.readouterr().err
+
+
+def test_the_schedule_row_for_the_batch_is_what_runs(ngram_plan, capsys):
+    """Batch 2 runs the schedule's batch-1 row (n-gram), batch 5 its batch-4 row (plain decoding)."""
+    plan_path, prompts_path = ngram_plan
+    document = yaml.safe_load(plan_path.read_text())
+    predicted = {"ms_per_token": 1.0, "tokens_per_s": 1000.0, "plain_tokens_per_s": 900.0, "speedup": 1.1,
+                 "accepted_per_target_forward": 1.5, "plan_tokens_per_s": 1000.0}
+    document["schedule"] = {"schema_version": 1, "source": "measured", "crossover_batch": 4, "rows": [
+        {"batch": 1, "summary": "ngram", "stages": copy.deepcopy(document["stages"]), "predicted": dict(predicted)},
+        {"batch": 4, "summary": "plain", "stages": [], "predicted": dict(predicted, tokens_per_s=3600.0)}]}
+    scheduled = plan_path.parent / "scheduled.yaml"
+    scheduled.write_text(yaml.safe_dump(document, sort_keys=False))
+    for batch, configuration, expected in (("2", "ngram-3 -> target (sequence gamma 3)", None),
+                                           ("5", "target plain decoding", None), ("4", "target plain decoding", 3600.0)):
+        capsys.readouterr()
+        assert main(["run", str(scheduled), "--prompts", str(prompts_path), "--batch", batch, "--max-new-tokens", "4",
+                     "--json", "--force"]) == 0
+        record = json.loads(capsys.readouterr().out.strip().splitlines()[0])
+        assert record["configuration"] == configuration
+        assert record["predicted_batch_tokens_per_s"] == expected
