@@ -12,6 +12,7 @@ from specplan.cli.batch_option import parse_batch_sizes
 from specplan.cli.options import chosen_runtime
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
+from specplan.core.runtime_modes import EAGER
 from specplan.core.outputs import check_output_folder
 from specplan.core.prompts import read_prompts, stratified
 from specplan.core.workloads import workload_split
@@ -32,7 +33,8 @@ def bench_batched(args) -> int:
     from specplan.runtime.runner import PlanRunner
 
     quiet_transformers()
-    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args))
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force,
+                             runtime=chosen_runtime(args) or EAGER)  # batched forwards run eagerly: no compiled build
     encoded = [runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts]
     if not encoded:
         raise SpecplanError("no prompts to measure; pass --prompts FILE with at least one prompt")

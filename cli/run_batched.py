@@ -8,6 +8,7 @@ import json
 from specplan.api import Runner
 from specplan.cli.options import chosen_runtime
 from specplan.core.errors import SpecplanError
+from specplan.core.runtime_modes import EAGER
 from specplan.core.prompts import Prompt
 
 
@@ -65,7 +66,7 @@ def _predicted(plan, batch: int, stages) -> float | None:
 def run_batched(args, prompts: list[Prompt]) -> int:
     """Decode ``prompts`` in batches of ``args.batch``; one record (or text and a line) per prompt."""
     check_batch_arguments(args)
-    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force)
+    runner = Runner.open(args.plan, runtime=chosen_runtime(args) or EAGER, force=args.force)  # batched forwards run eagerly
     if args.temperature is None and runner.plan.temperature > 0:
         raise SpecplanError(f"batched runs verify greedily; the plan samples at temperature {runner.plan.temperature}: "
                             "pass --temperature 0")
