@@ -86,8 +86,10 @@ def methods(gguf: str, stage, source: str, names, eos: set[int], context: int, t
         drafter = names.name(argument, "llama.cpp")
         draft = TimedDraft(GreedyDraft(llama_cpp.Llama(model_path=drafter, **options), gamma))
         description = f"llama.cpp with draft model {drafter}, {gamma} greedy drafts"
-    exported = LlamaCppMethod("exported", llama_cpp.Llama(model_path=gguf, draft_model=draft, **options), eos, greedy,
-                              description, {"gamma": gamma}, draft=draft)
+    # logits_all=True as a draft model implies: llama-cpp-python sizes its logits buffer by the argument, so
+    # without it a context longer than n_batch (512) overruns the buffer
+    exported = LlamaCppMethod("exported", llama_cpp.Llama(model_path=gguf, draft_model=draft, logits_all=True, **options),
+                              eos, greedy, description, {"gamma": gamma}, draft=draft)
     return [plain, exported]
 
 

@@ -89,8 +89,11 @@ def bench_engine(args) -> int:
     print("|---|---|---|---|---|")
     print(f"| llama.cpp plain | {predicted.ms_per_token * predicted.speedup:.2f} | {plain.decode_ms_per_token:.2f} | "
           f"1.00x | 1.00x |")
-    print(f"| {exported.description} | {predicted.ms_per_token:.2f} | {exported.decode_ms_per_token:.2f} | "
-          f"{predicted.speedup:.2f}x | {measured_speedup:.2f}x |")
+    if len(rows) > 1:
+        print(f"| {exported.description} | {predicted.ms_per_token:.2f} | {exported.decode_ms_per_token:.2f} | "
+              f"{predicted.speedup:.2f}x | {measured_speedup:.2f}x |")
+    else:
+        print("the export chose plain decoding (no speculative option): nothing else to run")
     print(f"outputs equal to plain llama.cpp on {agreement(rows):.0%} of prompts (llama.cpp's batched and "
           "one-token kernels may round apart; reported, not required)")
     return 0

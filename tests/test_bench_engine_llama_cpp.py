@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.filterwarnings("ignore::specpla
 STORED = Path(__file__).resolve().parents[1] / "profiles" / "cpu"
 
 
-def bench_json(plan, capsys) -> dict:
-    assert main(["bench", str(plan), "--engine", "llama.cpp", "--limit", "1", "--max-new-tokens", "8", "--json",
+def bench_json(plan, capsys, limit: int = 1) -> dict:
+    assert main(["bench", str(plan), "--engine", "llama.cpp", "--limit", str(limit), "--max-new-tokens", "8", "--json",
                  "--threads", "1"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -29,13 +29,13 @@ def test_the_stored_plan_runs_exported_and_plain(tmp_path, capsys):
     pytest.importorskip("llama_cpp")
     for name in ("profile.yaml", "plan.yaml"):
         shutil.copy(STORED / name, tmp_path / name)
-    record = bench_json(tmp_path / "plan.yaml", capsys)
+    record = bench_json(tmp_path / "plan.yaml", capsys, limit=10)  # one prompt of 769 tokens: past n_batch 512
     assert record["config"].startswith("llama-server -m ") and "--spec-type ngram-simple" in record["config"]
     assert [method["name"] for method in record["methods"]] == ["llama.cpp", "exported"]
     assert "prompt lookup" in record["methods"][1]["description"]
     for key in ("measured_ms_per_token", "measured_plain_ms_per_token", "predicted_ms_per_token", "measured_speedup"):
         assert math.isfinite(record[key]) and record[key] > 0
-    assert all(method["new_tokens"] == 7 for method in record["methods"])  # 8 minus the first (prefill)
+    assert all(method["new_tokens"] == 70 for method in record["methods"])  # 10 x (8 minus the first: prefill)
     assert 0.0 <= record["same_output_share"] <= 1.0
 
 
