@@ -145,3 +145,14 @@ def test_the_schedule_row_for_the_batch_is_what_runs(ngram_plan, capsys):
         record = json.loads(capsys.readouterr().out.strip().splitlines()[0])
         assert record["configuration"] == configuration
         assert record["predicted_batch_tokens_per_s"] == expected
+
+
+def test_a_parting_output_is_a_near_tie_only_in_16_bit_and_below_the_gap():
+    from specplan.cli.run_batched import _sequence_line
+
+    record = {"prompt_id": "7", "new_tokens": 4, "mean_accepted": 1.0, "stop_reason": "eos",
+              "identical_to_plain": False, "first_divergence": 2, "divergence_gap": 0.1}
+    assert "bfloat16 near-tie" in _sequence_line(record, "bfloat16")
+    assert "lossless failure, please report it" in _sequence_line(record, "float32")
+    assert "lossless failure" in _sequence_line(dict(record, divergence_gap=2.0), "bfloat16")
+    assert _sequence_line(dict(record, identical_to_plain=True), "float32").endswith("alone: yes")
