@@ -55,7 +55,7 @@ class EngineSupport:
     name: str
     shapes: tuple[str, ...]
     drafter_kinds: tuple[str, ...]  # "layerskip" means the first-K-layers form only
-    head_format: str = ""  # the engine's own head format, when it has one (specplan cannot write it yet)
+    head_format: str = ""  # the engine's own head format (vLLM / SGLang: specplan writes EAGLE-3 from eagle3 heads)
 
     def judge(self, source: str, names: ModelNames | None = None) -> Verdict:
         """Whether a drafter SPEC (e.g. ``ngram:3``) maps onto one of the engine's methods."""
