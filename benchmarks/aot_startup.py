@@ -61,29 +61,28 @@ def child(args) -> None:
                       "threads": torch.get_num_threads(), "rows": rows}))
 
 
-def run_child(args, runtime: str, environment: dict) -> dict:
-    command = [sys.executable, __file__, "--child", runtime, "--model", args.model, "--dtype", args.dtype,
-               "--workload", args.workload, "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens)]
+def run_json(command: list[str], environment: dict, what: str) -> dict:
+    """Run ``command`` as a fresh process; its last stdout line as JSON, plus ``process_s``."""
     begin = time.perf_counter()
     output = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
     if output.returncode != 0:
-        raise SystemExit(f"the {runtime} process failed:\n{output.stderr[-2000:]}")
+        raise SystemExit(f"{what} failed:\n{output.stderr[-2000:]}")
     record = json.loads(output.stdout.strip().splitlines()[-1])
     record["process_s"] = time.perf_counter() - begin
     return record
+
+
+def run_child(args, runtime: str, environment: dict) -> dict:
+    command = [sys.executable, __file__, "--child", runtime, "--model", args.model, "--dtype", args.dtype,
+               "--workload", args.workload, "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens)]
+    return run_json(command, environment, f"the {runtime} process")
 
 
 def cold_build(args, environment: dict) -> dict:
     """``specplan compile MODEL --rebuild`` with a fresh inductor cache: the package's cold build."""
     command = [os.path.join(os.path.dirname(sys.executable), "specplan"), "compile", args.model, "--dtype", args.dtype,
                "--rebuild", "--json"]
-    begin = time.perf_counter()
-    output = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
-    if output.returncode != 0:
-        raise SystemExit(f"specplan compile failed:\n{output.stderr[-2000:]}")
-    record = json.loads(output.stdout.strip().splitlines()[-1])
-    record["process_s"] = time.perf_counter() - begin
-    return record
+    return run_json(command, environment, "specplan compile")
 
 
 def summarise(record: dict, reference: dict) -> dict:
