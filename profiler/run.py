@@ -28,7 +28,7 @@ from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.head import HeadDrafter
-from specplan.runtime.drafters.head_model import DraftHead
+from specplan.runtime.drafters.head_model import is_draft_head
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.models.load import LoadedModel
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -188,7 +188,7 @@ def _batched_curves(networks, device, context, settings: ProfileSettings) -> dic
         return result
     with tqdm(total=len(networks) * len(batches) * len(WIDTHS), desc="latency T(n, b)", unit="curve point") as bar:
         for model_id, network in networks:
-            if not isinstance(network, DraftHead):
+            if not is_draft_head(network):
                 result[model_id] = measure_batch_curves(network, device, context, batches, settings.repeats,
                                                         settings.batch_max_tokens, model_id)
             bar.update(len(batches) * len(WIDTHS))
@@ -208,7 +208,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     curves = {}
     with tqdm(total=len(networks) * len(WIDTHS), desc="latency T(n)", unit="curve point") as bar:
         for model_id, network in networks:
-            if isinstance(network, DraftHead):  # timed as the drafter calls it, after a target step
+            if is_draft_head(network):  # timed as the drafter calls it, after a target step
                 curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
                                                         verifier=target.model, runtime=settings.runtime)
             else:

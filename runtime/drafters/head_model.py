@@ -121,6 +121,13 @@ class DraftHead(nn.Module):
         return full.index_copy_(-1, self.vocab_ids, trimmed)
 
 
+def is_draft_head(network: nn.Module) -> bool:
+    """Whether ``network`` is a draft head of either layout (read features; timed after a target step)."""
+    from specplan.runtime.drafters.head_eagle3 import Eagle3Head
+
+    return isinstance(network, (DraftHead, Eagle3Head))
+
+
 def causal_mask(past: int, count: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask [1, 1, count, past + count]: row i sees the cache and new tokens 0..i."""
     allowed = torch.ones(count, past + count, dtype=torch.bool, device=device).tril(diagonal=past)

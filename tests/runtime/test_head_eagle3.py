@@ -113,3 +113,22 @@ def test_a_full_vocabulary_head_has_no_map(tmp_path):
     ids, features = torch.tensor([[5, 6, 7]]), torch.randn(1, 3, 32)
     with torch.no_grad():
         assert torch.allclose(loaded(ids, features, use_cache=False).logits, head(ids, features, use_cache=False).logits)
+
+
+def test_the_profiler_times_an_eagle3_head_as_a_head(tiny_model_dir, tmp_path, monkeypatch, one_thread):
+    """`profile --drafter head:DIR` on a head of EAGLE-3's layout: timed after a target step as a
+    head is, and its acceptance measured."""
+    import specplan.profiler.run as run
+    from specplan.core.drafter_spec import parse_drafter_spec
+    from specplan.core.prompts import profile_prompts
+    from specplan.models.load import load_model
+
+    target = load_model(tiny_model_dir, "float32", "cpu")
+    save_head(new_head(target.model, torch.arange(300), "eagle3"), tmp_path / "h3", {})
+    timed = []
+    original = run.measure_head_latency
+    monkeypatch.setattr(run, "measure_head_latency", lambda head, *a, **k: timed.append(head) or original(head, *a, **k))
+    profile = run.run_profile(target, [parse_drafter_spec(f"head:{tmp_path / 'h3'}")], profile_prompts(2), CPU,
+                              run.ProfileSettings.quick())
+    assert len(timed) == 1 and isinstance(timed[0], Eagle3Head)
+    assert profile.model("head-h3").latency and profile.acceptance[0].drafter == "head-h3"
