@@ -165,7 +165,10 @@ def build_llamacpp_peers(names: Sequence[str], runner, sampling: SamplingConfig,
     if "llama.cpp-lookup" in wanted:
         size, gamma, why = lookup
         draft = TimedDraft(LlamaPromptLookupDecoding(max_ngram_size=size, num_pred_tokens=gamma))
-        methods.append(LlamaCppMethod("llama.cpp-lookup", llama_cpp.Llama(**options, draft_model=draft), eos, sampling,
+        # logits_all=True as the draft model implies: llama-cpp-python sizes its logits buffer by the argument
+        # (n_batch rows without it), so a prompt longer than n_batch would overrun it
+        methods.append(LlamaCppMethod("llama.cpp-lookup", llama_cpp.Llama(**options, draft_model=draft, logits_all=True),
+                                      eos, sampling,
                                       f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) prompt lookup, "
                                       f"num_pred_tokens {gamma}, max_ngram_size {size} ({why}), {where}",
                                       {"n_threads": threads, "n_ctx": context, "num_pred_tokens": gamma,

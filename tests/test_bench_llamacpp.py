@@ -82,3 +82,16 @@ def test_llama_cpp_peers_run_on_the_default_gguf(default_model_dir):
             assert first.target_forwards == first.new_tokens  # one token per forward
         index = first_divergence(reference, list(first.token_ids))
         print(f"{method.name}: {first.token_ids} vs transformers {reference}: first differs at {index}")
+
+
+def test_the_lookup_peer_takes_a_prompt_longer_than_n_batch(default_model_dir):
+    """llama-cpp-python sizes its logits buffer by the logits_all argument: the lookup peer asks for
+    it, so a prompt past n_batch (512) fits (Spec-Bench's evaluation split has one of 769 tokens)."""
+    pytest.importorskip("llama_cpp")
+    from specplan.models.load import load_model
+
+    target = load_model("default", "float32")
+    runner = SimpleNamespace(profile=SimpleNamespace(target=SimpleNamespace(source="default")), target=target)
+    prompt_ids = [(11 * index + 7) % 40000 + 100 for index in range(600)]
+    methods = build_llamacpp_peers(("llama.cpp-lookup",), runner, SamplingConfig(), (2, 4, "test"), 600 + 4, [])
+    assert 1 <= methods[0].run(prompt_ids, 4).new_tokens <= 4
