@@ -132,3 +132,25 @@ def test_the_profiler_times_an_eagle3_head_as_a_head(tiny_model_dir, tmp_path, m
                               run.ProfileSettings.quick())
     assert len(timed) == 1 and isinstance(timed[0], Eagle3Head)
     assert profile.model("head-h3").latency and profile.acceptance[0].drafter == "head-h3"
+
+
+def test_distill_trains_an_eagle3_head_that_export_writes(tiny_model_dir, tmp_path, one_thread):
+    """`specplan distill --kind head --layout eagle3` end to end (a few steps), then the checkpoint."""
+    from specplan.distill.config import DataConfig, DistillConfig, EvalConfig
+    from specplan.distill.head_pipeline import run_head_distill
+    from specplan.models.load import load_model
+
+    config = DistillConfig(kind="head", data=DataConfig(train_limit=2, max_new_tokens=8, top_k=8, batch_size=2,
+                                                        dtype="float32"),
+                           train=dataclasses.replace(SMALL, steps=2, checkpoint_every=1),
+                           evaluation=EvalConfig(eval_limit=1, max_new_tokens=8, context=16, repeats=1))
+    report = run_head_distill(tiny_model_dir, tmp_path / "head", config, CPU, vocabulary=200, layout="eagle3")
+    assert report.result.step == 2 and json.loads((tmp_path / "head" / "head.json").read_text())["layout"] == "eagle3"
+    target = load_model(tiny_model_dir, "float32", "cpu").model
+    head = load_head(tmp_path / "head", target, torch.float32, CPU)
+    write_eagle3(read_head(tmp_path / "head"), tmp_path / "eagle3")
+    loaded = load_eagle3(tmp_path / "eagle3", target, torch.float32, CPU)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    features = torch.randn(1, 4, target.config.hidden_size)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids, features, use_cache=False).logits, head(ids, features, use_cache=False).logits)
