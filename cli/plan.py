@@ -11,6 +11,7 @@ from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
 from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_file
 from specplan.core.plan import Plan, save_plan
+from specplan.planner.batched_scope import batched_scope
 from specplan.core.profile import Profile, batch_sizes, load_profile
 from specplan.core.yamlio import file_sha256
 from specplan.planner import explain as explain_result
@@ -46,6 +47,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--adaptive", action="store_true",
                         help="write a closed-loop plan: the runtime re-solves among the best configurations from each "
                              "request's live acceptance (plan.yaml `adaptive`, docs/guide.md)")
+    parser.add_argument("--batched", action="store_true",
+                        help="solve only among what `run --batch` / `bench --batch` execute: plain decoding or one "
+                             "sequence stage drafted by ngram:N or a drafter model")
     parser.set_defaults(handler="plan")
 
 
@@ -68,8 +72,10 @@ def _scheduled(plan: Plan, profile: Profile, options, batches: tuple[int, ...] |
 
 def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
                      temperature: float, explain: bool, stages: int | None = None,
-                     batches: tuple[int, ...] | None = None, adaptive: bool = False) -> Plan:
+                     batches: tuple[int, ...] | None = None, adaptive: bool = False, batched: bool = False) -> Plan:
     options = runtime_options(max_budget, max_depth, temperature)
+    if batched:
+        profile, options = batched_scope(profile, options)
     relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
     solution = solve_detailed(profile, options, stages=stages, profile_path=relative,
                               profile_sha256=file_sha256(profile_path))
@@ -116,6 +122,6 @@ def command(args) -> int:
         _check_batches(profile, batches)  # before any solving: one line, no work
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
                      temperature=args.temperature, explain=args.explain, stages=args.stages, batches=batches,
-                    adaptive=args.adaptive)
+                    adaptive=args.adaptive, batched=args.batched)
     return 0
 
