@@ -35,14 +35,14 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, L
 
 from specplan.core.errors import DrafterSpecError
 from specplan.core.files import write_file_atomic, write_text_atomic
-from specplan.runtime.drafters.head_model import HeadOutput, causal_mask
+from specplan.runtime.drafters.head_model import HeadBase, causal_mask
 
 EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"  # the class name vLLM's and SGLang's registries map
 EAGLE3_WEIGHTS = "model.safetensors"
 EAGLE3_CONFIG = "config.json"
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(HeadBase):
     """EAGLE-3's one draft layer over the target's final feature; same calls as ``DraftHead``."""
 
     layout = "eagle3"
@@ -66,24 +66,6 @@ class Eagle3Head(nn.Module):
         self.register_buffer("vocab_ids", vocab_ids.long().sort().values.clone(), persistent=True)
         self.embed_tokens: nn.Embedding | None = None
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.norm.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.norm.weight.device
-
-    def share_embedding(self, embedding: nn.Embedding) -> None:
-        """Use the target's token embedding (not saved: the engines share the target's too)."""
-        object.__setattr__(self, "embed_tokens", embedding)
-
-    def forward(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
-                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                use_cache: bool = True, **_) -> HeadOutput:
-        trimmed, fed_back = self.run(input_ids, features, past_key_values, attention_mask, position_ids, use_cache)
-        return HeadOutput(self.full_logits(trimmed), fed_back)
-
     def run(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
             attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
             use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,14 +87,6 @@ class Eagle3Head(nn.Module):
         summed = features + attended
         summed = summed + self.mlp(self.post_attention_layernorm(summed))  # [1, n, hidden], fed back
         return self.lm_head(self.norm(summed)), summed
-
-    def full_logits(self, trimmed: torch.Tensor) -> torch.Tensor:
-        """Logits over the kept tokens scattered into the full vocabulary (-inf elsewhere)."""
-        if len(self.vocab_ids) == self.config.vocab_size:
-            return trimmed
-        full = torch.full((*trimmed.shape[:-1], self.config.vocab_size), float("-inf"), dtype=trimmed.dtype,
-                          device=trimmed.device)
-        return full.index_copy_(-1, self.vocab_ids, trimmed)
 
 
 WEIGHT_NAMES = {  # the head's state-dict name -> the checkpoint's name

@@ -56,7 +56,40 @@ def head_config(target_config) -> LlamaConfig:
     return config
 
 
-class DraftHead(nn.Module):
+class HeadBase(nn.Module):
+    """What every draft-head layout shares: the target's token embedding (shared, never trained
+    or saved), the forward that wraps :meth:`run`, and logits scattered back to the full vocabulary.
+    A layout defines ``norm`` (its last norm), ``config``, ``vocab_ids`` and ``run``."""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.norm.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.norm.weight.device
+
+    def share_embedding(self, embedding: nn.Embedding) -> None:
+        """Use the target's token embedding (not a parameter of the head: never trained or saved)."""
+        object.__setattr__(self, "embed_tokens", embedding)
+
+    def forward(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                use_cache: bool = True, **_) -> HeadOutput:
+        """``input_ids`` [1, n] tokens i+1, ``features`` [1, n, hidden] f_i (zeros when None: timing only)."""
+        trimmed, fed_back = self.run(input_ids, features, past_key_values, attention_mask, position_ids, use_cache)
+        return HeadOutput(self.full_logits(trimmed), fed_back)
+
+    def full_logits(self, trimmed: torch.Tensor) -> torch.Tensor:
+        """Logits over the kept tokens [..., kept] scattered into the full vocabulary [..., vocab]."""
+        if len(self.vocab_ids) == self.config.vocab_size:
+            return trimmed
+        full = torch.full((*trimmed.shape[:-1], self.config.vocab_size), float("-inf"), dtype=trimmed.dtype,
+                          device=trimmed.device)
+        return full.index_copy_(-1, self.vocab_ids, trimmed)
+
+
+class DraftHead(HeadBase):
     """The head's trainable parts plus a reference to the target's token embedding."""
 
     def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor):
@@ -70,25 +103,6 @@ class DraftHead(nn.Module):
         self.lm_head = nn.Linear(hidden, len(vocab_ids), bias=False)
         self.register_buffer("vocab_ids", vocab_ids.long().clone(), persistent=True)
         self.embed_tokens: nn.Embedding | None = None  # the target's, set by share_embedding
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fuse.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.fuse.weight.device
-
-    def share_embedding(self, embedding: nn.Embedding) -> None:
-        """Use the target's token embedding (not a parameter of the head: never trained or saved)."""
-        object.__setattr__(self, "embed_tokens", embedding)
-
-    def forward(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
-                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                use_cache: bool = True, **_) -> HeadOutput:
-        """``input_ids`` [1, n] tokens i+1, ``features`` [1, n, hidden] f_i (zeros when None: timing only)."""
-        trimmed, estimate = self.run(input_ids, features, past_key_values, attention_mask, position_ids, use_cache)
-        return HeadOutput(self.full_logits(trimmed), estimate)
 
     def run(self, input_ids: torch.Tensor, features: torch.Tensor | None = None, past_key_values=None,
             attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -112,20 +126,9 @@ class DraftHead(nn.Module):
         estimate = self.norm(hidden)  # [1, n, hidden]
         return self.lm_head(estimate), estimate
 
-    def full_logits(self, trimmed: torch.Tensor) -> torch.Tensor:
-        """Logits over the kept tokens [..., kept] scattered into the full vocabulary [..., vocab]."""
-        if len(self.vocab_ids) == self.config.vocab_size:
-            return trimmed
-        full = torch.full((*trimmed.shape[:-1], self.config.vocab_size), float("-inf"), dtype=trimmed.dtype,
-                          device=trimmed.device)
-        return full.index_copy_(-1, self.vocab_ids, trimmed)
-
-
 def is_draft_head(network: nn.Module) -> bool:
     """Whether ``network`` is a draft head of either layout (read features; timed after a target step)."""
-    from specplan.runtime.drafters.head_eagle3 import Eagle3Head
-
-    return isinstance(network, (DraftHead, Eagle3Head))
+    return isinstance(network, HeadBase)
 
 
 def causal_mask(past: int, count: int, dtype: torch.dtype, device) -> torch.Tensor:
