@@ -21,6 +21,9 @@ from tests.test_formats import make_profile
 
 PROFILES = sorted((Path(__file__).resolve().parents[1] / "profiles").glob("*/*.yaml"))
 STORED_PROFILES = [path for path in PROFILES if yaml.safe_load(path.read_text()).get("acceptance") is not None]
+# profiles written before T(n, b) (schema 1); the ones measured with --batch-sizes are version 2
+VERSION_ONE = [path for path in STORED_PROFILES if yaml.safe_load(path.read_text())["schema_version"] == 1]
+BATCHED = [path for path in STORED_PROFILES if path not in VERSION_ONE]
 
 
 def _batched(profile, factor: float = 1.5):
@@ -32,7 +35,12 @@ def _batched(profile, factor: float = 1.5):
     return replace(profile, models=tuple(models))
 
 
-@pytest.mark.parametrize("path", STORED_PROFILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_stored_batched_profile_is_version_two_with_its_batches():
+    assert [path.parent.name for path in BATCHED] == ["cpu-batched"]
+    assert batch_sizes(load_profile(BATCHED[0])) == (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize("path", VERSION_ONE, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_stored_profiles_load_as_batch_one_and_stay_version_one(path, tmp_path):
     profile = load_profile(path)
     assert batch_sizes(profile) == (1,)
