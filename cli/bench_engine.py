@@ -11,7 +11,7 @@ from pathlib import Path
 from specplan.cli.export import model_names, profile_source
 from specplan.cli.export_drafters import planned_gguf, write_llama_cpp_drafter
 from specplan.core.contract import load_plan_and_profile
-from specplan.core.errors import ModelError, SpecplanError
+from specplan.core.errors import SpecplanError
 from specplan.core.prompts import read_prompts, stratified
 from specplan.core.workloads import workload_split
 from specplan.core.yamlio import file_sha256
@@ -46,17 +46,11 @@ def bench_engine(args) -> int:
                             "pass --engine llama.cpp")
     from specplan.bench.engine_llama_cpp import agreement, methods, run_engine_bench
     from specplan.bench.llamacpp_peer import require_llama_cpp
-    from specplan.models.load import gguf_file
+    from specplan.cli.profile_engine import target_gguf
 
     require_llama_cpp()
     plan, profile, profile_path = load_plan_and_profile(args.plan)
-    try:
-        target = gguf_file(profile.target.source)
-    except ModelError as error:
-        raise SpecplanError(str(error)) from None
-    if target is None:
-        raise SpecplanError(f"llama.cpp runs the target from a GGUF file and {profile.target.source!r} is not one; "
-                            "bench a plan of a `default`, registered or .gguf target")
+    target = target_gguf(profile, "bench a plan of")
     planned = planned_gguf(profile, Path(args.plan).parent / "export-llama.cpp")
     names = model_names(profile, "llama.cpp", planned)
     result = export_plan(profile, "llama.cpp", runtime_options(64, 8, 0.0), profile_path=str(profile_path),
@@ -85,7 +79,7 @@ def bench_engine(args) -> int:
         return 0
     print(f"llama.cpp bench of `{result.config}` on {len(prompt_ids)} prompts x {args.max_new_tokens} new tokens "
           f"(decode ms per token after the first, {threads} threads; latency in the prediction: {profile.device.source})")
-    print(f"| method | predicted ms/token | measured ms/token | predicted speedup | measured speedup |")
+    print("| method | predicted ms/token | measured ms/token | predicted speedup | measured speedup |")
     print("|---|---|---|---|---|")
     print(f"| llama.cpp plain | {predicted.ms_per_token * predicted.speedup:.2f} | {plain.decode_ms_per_token:.2f} | "
           f"1.00x | 1.00x |")

@@ -42,8 +42,8 @@ def drafter_gguf(source: str, output: Path) -> Path | None:
     return write_gguf(folder, output.parent / "llama.cpp-drafters" / file_name(argument, ".gguf"))
 
 
-def engine_files(profile: Profile, output: Path) -> tuple[dict[str, Path], list[str]]:
-    """(model id -> GGUF file) for the models llama.cpp runs, and one line per model left out."""
+def target_gguf(profile: Profile, verb: str) -> Path:
+    """The GGUF file llama.cpp runs as ``profile``'s target; a one-line error naming ``verb`` if none."""
     from specplan.models.load import gguf_file
 
     try:
@@ -52,8 +52,13 @@ def engine_files(profile: Profile, output: Path) -> tuple[dict[str, Path], list[
         raise SpecplanError(str(error)) from None
     if target is None:
         raise SpecplanError(f"llama.cpp runs the target from a GGUF file and {profile.target.source!r} is not one; "
-                            "profile a `default`, registered or .gguf target")
-    files, left_out = {profile.target.id: target}, []
+                            f"{verb} a `default`, registered or .gguf target")
+    return target
+
+
+def engine_files(profile: Profile, output: Path) -> tuple[dict[str, Path], list[str]]:
+    """(model id -> GGUF file) for the models llama.cpp runs, and one line per model left out."""
+    files, left_out = {profile.target.id: target_gguf(profile, "profile")}, []
     for model in profile.models:
         if model.id == profile.target.id or model.role == "variant":
             continue
