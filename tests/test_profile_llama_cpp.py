@@ -60,4 +60,7 @@ def test_a_target_without_gguf_and_a_missing_source_are_one_line_errors(tiny_mod
     assert main(["profile", "--engine", "llama.cpp", "-o", str(tmp_path / "p.yaml")]) == 2
     assert main(["profile", "--engine", "llama.cpp", "--acceptance-from", str(source), "-o", str(source)]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 3 and "GGUF" in errors[0] and "--acceptance-from" in errors[1]
+    import importlib.util
+
+    first = "GGUF" if importlib.util.find_spec("llama_cpp") else "pip install llama-cpp-python"  # CI has no llama.cpp
+    assert len(errors) == 3 and first in errors[0] and "--acceptance-from" in errors[1]
