@@ -17,34 +17,12 @@ from specplan.core.errors import OutputError
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically, creating missing parent folders; OutputError (one
     line, exit 2) when the system refuses (a full disk, no permission), the old file intact."""
-    path = Path(path)
-    try:
-        _replace(path, data)
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise OutputError(f"cannot write {path}: {reason}; free space or choose another path "
-                          "(nothing was changed)") from None
-
-
-def _replace(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as output:
-            output.write(data)
-            output.flush()
-            os.fsync(output.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    _sync_folder(path.parent)
+    write_file_atomic(path, lambda temporary: temporary.write_bytes(data))
 
 
 def write_file_atomic(path: str | Path, write) -> None:
     """Atomically replace ``path`` with what ``write(temporary_path)`` writes (for writers that
-    take a file name, such as ``gguf.GGUFWriter``); OutputError as in :func:`write_bytes_atomic`."""
+    take a file name, such as ``gguf.GGUFWriter``); OutputError (one line, exit 2) when the system refuses, the old file intact."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ plain decoding of the target.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from specplan.core.errors import PlanError, TreeError
 from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
 from specplan.core.parents import check_parents
 from specplan.core.plan_adaptive import AdaptiveSettings, adaptive_from_dict, adaptive_to_dict
-from specplan.core.schedule import Schedule, schedule_from_dict, schedule_to_dict
+from specplan.core.schedule import Schedule, plan_number, schedule_from_dict, schedule_to_dict
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
 SHAPE_KINDS = ("sequence", "tree")
@@ -160,15 +159,6 @@ def _shape(raw: dict[str, Any], where: str = "shape") -> StageShape:
     )
 
 
-def _finite(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise PlanError(f"{where} = {value!r} is not a number; re-run `specplan plan`")
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise PlanError(f"{where} = {value!r} must be a finite number >= 0; re-run `specplan plan`")
-    return number
-
-
 def _stages(raw: Any) -> tuple[Stage, ...]:
     rows = list(raw or ())
     if len(rows) > MAX_STAGES:
@@ -195,18 +185,18 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
     """Build a :class:`Plan` from a parsed mapping; PlanError names the bad field."""
     try:
         stages = _stages(document.get("stages"))
-        predicted = Prediction(**{k: _finite(v, f"predicted.{k}") for k, v in document["predicted"].items()
+        predicted = Prediction(**{k: plan_number(v, f"predicted.{k}") for k, v in document["predicted"].items()
                                   if k in Prediction.__annotations__})
         plan = Plan(
             profile_path=str(document["profile"]["path"]),
             profile_sha256=str(document["profile"].get("sha256", "")),
             device={str(k): str(v) for k, v in (document.get("device") or {}).items()},
             target=str(document["target"]),
-            temperature=_finite(document.get("temperature", 0.0), "temperature"),
+            temperature=plan_number(document.get("temperature", 0.0), "temperature"),
             stages=stages,
             predicted=predicted,
             alternatives=tuple(
-                Alternative(str(a["summary"]), _finite(a["ms_per_token"], "alternatives.ms_per_token"))
+                Alternative(str(a["summary"]), plan_number(a["ms_per_token"], "alternatives.ms_per_token"))
                 for a in document.get("alternatives") or ()
             ),
             solver=dict(document.get("solver") or {}),

@@ -63,7 +63,8 @@ PREDICTED_KEYS = ("ms_per_token", "tokens_per_s", "plain_tokens_per_s", "speedup
                   "plan_tokens_per_s")
 
 
-def _number(value: Any, where: str) -> float:
+def plan_number(value: Any, where: str) -> float:
+    """A plan's finite number >= 0 at ``where``; PlanError otherwise (plan.yaml and its schedule)."""
     if isinstance(value, bool):
         raise PlanError(f"{where} = {value!r} is not a number; re-run `specplan plan`")
     number = float(value)
@@ -95,7 +96,7 @@ def schedule_from_dict(raw: Any, parse_stages: Callable[[Any], tuple["Stage", ..
             batch=_batch(item.get("batch"), f"{where}.batch"),
             summary=str(item.get("summary", "")),
             stages=parse_stages(item.get("stages")),
-            **{key: _number(predicted.get(key, 0.0), f"{where}.predicted.{key}") for key in PREDICTED_KEYS},
+            **{key: plan_number(predicted.get(key, 0.0), f"{where}.predicted.{key}") for key in PREDICTED_KEYS},
         ))
     batches = [row.batch for row in rows]
     if batches != sorted(set(batches)):

@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 import transformers
 
-from specplan.core.files import write_text_atomic
 from specplan.core.yamlio import safe_load_text, write_document
 from specplan.models.registry import cache_root
 from specplan.runtime.aot_step import STEP_VERSION, AotStep, example_inputs, export_step, model_constants
@@ -156,6 +155,3 @@ def load_package(model: torch.nn.Module, device: torch.device, folder: Path) -> 
         runner(*example_inputs(model, device, width=1, past=1, capacity=4))
     return AotStep(model, device, runner, time.perf_counter() - begin)
 
-
-__all__ = ["PackageKey", "build_package", "load_package", "package_folder", "package_key", "stale_reason",
-           "write_text_atomic"]

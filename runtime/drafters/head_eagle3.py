@@ -35,7 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, L
 
 from specplan.core.errors import DrafterSpecError
 from specplan.core.files import write_file_atomic, write_text_atomic
-from specplan.runtime.drafters.head_model import HeadBase, causal_mask
+from specplan.runtime.drafters.head_model import HeadBase
 
 EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"  # the class name vLLM's and SGLang's registries map
 EAGLE3_WEIGHTS = "model.safetensors"
@@ -70,16 +70,8 @@ class Eagle3Head(HeadBase):
             attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
             use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits over the kept vocabulary [1, n, kept] and the next input features ``s`` [1, n, hidden]."""
-        if self.embed_tokens is None:
-            raise RuntimeError("Eagle3Head.share_embedding(target embedding) must be called before a forward")
-        embedded = self.embed_tokens(input_ids).to(self.dtype)  # [1, n, hidden]
-        features = torch.zeros_like(embedded) if features is None else features.to(self.dtype)
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        count = input_ids.shape[1]
-        if position_ids is None:
-            position_ids = torch.arange(past, past + count, device=input_ids.device)[None, :]
-        if attention_mask is None:
-            attention_mask = causal_mask(past, count, self.dtype, input_ids.device)
+        embedded, features, attention_mask, position_ids = self._inputs(
+            input_ids, features, past_key_values, attention_mask, position_ids)
         joined = torch.cat([self.input_layernorm(embedded), self.hidden_norm(features)], dim=-1)  # [1, n, 2 hidden]
         attended, _ = self.self_attn(joined, position_embeddings=self.rotary(embedded, position_ids),
                                      attention_mask=attention_mask, past_key_values=past_key_values,

@@ -80,6 +80,22 @@ class HeadBase(nn.Module):
         trimmed, fed_back = self.run(input_ids, features, past_key_values, attention_mask, position_ids, use_cache)
         return HeadOutput(self.full_logits(trimmed), fed_back)
 
+    def _inputs(self, input_ids: torch.Tensor, features: torch.Tensor | None, past_key_values,
+                attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None):
+        """The embedded tokens [1, n, hidden], the features [1, n, hidden] (zeros when None), the
+        attention mask and the position ids (causal after the cache when not given)."""
+        if self.embed_tokens is None:
+            raise RuntimeError(f"{type(self).__name__}.share_embedding(target embedding) must be called before a forward")
+        embedded = self.embed_tokens(input_ids).to(self.dtype)  # [1, n, hidden]
+        features = torch.zeros_like(embedded) if features is None else features.to(self.dtype)
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        count = input_ids.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(past, past + count, device=input_ids.device)[None, :]
+        if attention_mask is None:
+            attention_mask = causal_mask(past, count, self.dtype, input_ids.device)
+        return embedded, features, attention_mask, position_ids
+
     def full_logits(self, trimmed: torch.Tensor) -> torch.Tensor:
         """Logits over the kept tokens [..., kept] scattered into the full vocabulary [..., vocab]."""
         if len(self.vocab_ids) == self.config.vocab_size:
@@ -108,18 +124,9 @@ class DraftHead(HeadBase):
             attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
             use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits over the kept vocabulary [1, n, kept] and the feature estimates [1, n, hidden]."""
-        if self.embed_tokens is None:
-            raise RuntimeError("DraftHead.share_embedding(target embedding) must be called before a forward")
-        embedded = self.embed_tokens(input_ids).to(self.dtype)  # [1, n, hidden]
-        if features is None:
-            features = torch.zeros_like(embedded)
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        count = input_ids.shape[1]
-        if position_ids is None:
-            position_ids = torch.arange(past, past + count, device=input_ids.device)[None, :]
-        if attention_mask is None:
-            attention_mask = causal_mask(past, count, self.dtype, input_ids.device)
-        hidden = self.fuse(torch.cat([features.to(self.dtype), embedded], dim=-1))  # [1, n, hidden]
+        embedded, features, attention_mask, position_ids = self._inputs(
+            input_ids, features, past_key_values, attention_mask, position_ids)
+        hidden = self.fuse(torch.cat([features, embedded], dim=-1))  # [1, n, hidden]
         hidden = self.layer(hidden, attention_mask=attention_mask, position_ids=position_ids,
                             past_key_values=past_key_values, use_cache=use_cache,
                             position_embeddings=self.rotary(hidden, position_ids))
