@@ -10,10 +10,9 @@ from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
 from specplan.cli.export_drafters import planned_gguf, planned_heads, write_head_checkpoint, write_llama_cpp_drafter
-from specplan.planner.export import describe, engine_support, export_plan
+from specplan.planner.export import describe, engine_support
 from specplan.planner.export_models import ModelNames
-from specplan.planner.export_schedule import export_schedule, vllm_schedule_command
-from specplan.core.profile import batch_sizes
+from specplan.planner.export_pasted import pasted_export
 from specplan.planner.options import runtime_options
 
 
@@ -79,20 +78,17 @@ def command(args) -> int:
     planned = planned_gguf(profile, output) if args.engine == "llama.cpp" else ()
     heads = planned_heads(profile, output) if args.engine in ("vllm", "sglang") else ()
     names = model_names(profile, args.engine, planned, heads)
-    result = export_plan(profile, args.engine, options, profile_path=str(profile_path),
-                         profile_sha256=file_sha256(profile_path), names=names)
+    pasted = pasted_export(profile, args.engine, options, profile_path=str(profile_path),
+                           profile_sha256=file_sha256(profile_path), names=names)
+    result, schedule, config = pasted.result, pasted.schedule, pasted.config
     written = []
     if args.engine == "llama.cpp" and result.stage is not None:
         written = write_llama_cpp_drafter(result.stage, profile_source(profile, result.stage.drafter), names, planned)
     if heads and result.stage is not None:
         written = write_head_checkpoint(result.stage, profile_source(profile, result.stage.drafter), heads)
     lines = describe(result) + [f"wrote {path} (the drafter in {result.engine}'s format)" for path in written]
-    schedule, config = None, result.config
-    if len(batch_sizes(profile)) > 1:  # T(n, b): the setting per batch size, or the loss of one setting
-        schedule = export_schedule(profile, args.engine, options, names=names)
+    if schedule is not None:  # T(n, b): the setting per batch size, or the loss of one setting
         lines += schedule.lines()
-        if schedule.ranges:
-            config = vllm_schedule_command(result.config, schedule.ranges)
     if plan.device.get("source") == "roofline":
         lines.insert(0, f"latencies modelled for {plan.device.get('sku')} (roofline), acceptance measured")
     if args.json:

@@ -126,7 +126,8 @@ def _sglang_bounded(profile: Profile, options: PlanOptions, result: PlanResult,
 
 
 def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None = None, *,
-                profile_path: str = "", profile_sha256: str = "", names: ModelNames | None = None) -> ExportResult:
+                profile_path: str = "", profile_sha256: str = "", names: ModelNames | None = None,
+                unrestricted: PlanResult | None = None) -> ExportResult:
     """The best configuration ``engine_name`` can run for ``profile``, its command, and its loss.
 
     Parameters
@@ -141,6 +142,9 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     names : ModelNames, optional
         How the command names the models (default: from the profile's sources, see
         :mod:`.export_models`).
+    unrestricted : PlanResult, optional
+        ``solve_plan(profile, options)`` when the caller already has it (exporting one profile
+        for every engine solves it once); solved here otherwise.
 
     Raises
     ------
@@ -151,7 +155,7 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     options = options or PlanOptions()
     names = names or ModelNames(profile.target.source, profile.device.kind)
     where = {"profile_path": profile_path, "profile_sha256": profile_sha256}
-    unrestricted = _solve_quietly(profile, options, **where)
+    unrestricted = unrestricted or _solve_quietly(profile, options, **where)
     if not math.isfinite(unrestricted.plan.predicted.ms_per_token):
         raise PlanError("the profile's target has no usable latency; re-run `specplan profile`")
     restricted_profile, excluded, unwritable = restrict_profile(profile, engine, names)

@@ -93,3 +93,16 @@ def transformers_names(snippet: str) -> tuple[set[str], set[str]]:
             if getattr(target.value, "attr", "") == "generation_config":
                 attributes.add(target.attr)
     return keywords, attributes
+
+
+def check_config(engine: str, text: str) -> None:
+    """The command names only what the engine's recorded interface (or installed library) has."""
+    if engine == "transformers":
+        from transformers import GenerationConfig
+
+        keywords, attributes = transformers_names(text)
+        config = GenerationConfig()
+        assert all(hasattr(config, name) for name in (keywords - {"assistant_model"}) | attributes), text
+        compile(text, "<snippet>", "exec")
+    else:
+        assert unknown_names(engine, text) == {}, text

@@ -21,7 +21,7 @@ from specplan.core.profile import (AcceptanceEntry, DeviceInfo, LatencyCurve, Mo
                               save_profile)
 from specplan.core.yamlio import file_sha256
 
-from tests.engine_records import RECORDS, load_record, transformers_names, unknown_names
+from tests.engine_records import RECORDS, check_config, load_record, transformers_names, unknown_names
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")  # pairs the profiles omit
 
@@ -52,19 +52,6 @@ def layerskip_profile() -> Profile:
               ModelEntry("layerskip-10", "layerskip:10", "fp", dtype="bfloat16", base="target", latency=(flat(15.0),)))
     acceptance = (AcceptanceEntry("layerskip-10", "target", 0.0, 0.7, 8, rank_accept=(0.7,)),)
     return Profile(DeviceInfo("cpu", "test cpu", "cpu"), models, acceptance)
-
-
-def check_config(engine: str, text: str) -> None:
-    """The command names only what the engine's recorded interface (or installed library) has."""
-    if engine == "transformers":
-        from transformers import GenerationConfig
-
-        keywords, attributes = transformers_names(text)
-        config = GenerationConfig()
-        assert all(hasattr(config, name) for name in (keywords - {"assistant_model"}) | attributes), text
-        compile(text, "<snippet>", "exec")
-    else:
-        assert unknown_names(engine, text) == {}, text
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
