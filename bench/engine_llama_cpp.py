@@ -2,7 +2,8 @@
 
 The plan's profile is exported for llama.cpp (:func:`specplan.planner.export.export_plan`), and
 the exported setting runs in llama-cpp-python on the target's GGUF beside llama.cpp's plain
-decoding, on the same prompts, alternating prompt by prompt:
+decoding, on the same prompts, alternating prompt by prompt (:mod:`specplan.bench.engine_rows`;
+the report, shared with transformers, is :mod:`specplan.bench.engine_report`):
 
 - an n-gram drafter: llama-cpp-python's ``LlamaPromptLookupDecoding`` with the exported
   ``--spec-ngram-simple-size-n`` / ``-size-m`` (llama-server's ``ngram-simple`` matches exactly
@@ -19,8 +20,6 @@ the planner predicts (planner-math.md section 2, ms/token); the prediction is th
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,23 +45,6 @@ class GreedyDraft:
             if len(tokens) == self.gamma:
                 break
         return np.array(tokens, dtype=np.intc)
-
-
-@dataclass(frozen=True)
-class EngineRow:
-    """One method over all prompts: decode ms per token, and its outputs."""
-
-    name: str
-    description: str
-    decode_ms_per_token: float
-    new_tokens: int
-    outputs: tuple[tuple[int, ...], ...]
-
-
-def decode_ms(measurement) -> tuple[float, int]:
-    """(decode seconds, decoded tokens) of one run: the prefill call and the first token left out."""
-    tokens = len(measurement.token_ids)
-    return measurement.seconds - (measurement.prefill_seconds or 0.0), max(tokens - 1, 0)
 
 
 def methods(gguf: str, stage, source: str, names, eos: set[int], context: int, threads: int) -> list[LlamaCppMethod]:
@@ -91,27 +73,3 @@ def methods(gguf: str, stage, source: str, names, eos: set[int], context: int, t
     exported = LlamaCppMethod("exported", llama_cpp.Llama(model_path=gguf, draft_model=draft, logits_all=True, **options),
                               eos, greedy, description, {"gamma": gamma}, draft=draft)
     return [plain, exported]
-
-
-def run_engine_bench(runs: list[LlamaCppMethod], prompts: list[list[int]], max_new_tokens: int) -> list[EngineRow]:
-    """Every method on every prompt, methods alternating per prompt; one row per method."""
-    totals = {method.name: [0.0, 0, []] for method in runs}
-    for prompt_ids in prompts:
-        for method in runs:
-            measurement = method.run(prompt_ids, max_new_tokens)
-            seconds, tokens = decode_ms(measurement)
-            totals[method.name][0] += seconds
-            totals[method.name][1] += tokens
-            totals[method.name][2].append(measurement.token_ids)
-    return [EngineRow(method.name, method.description,
-                      1e3 * totals[method.name][0] / max(totals[method.name][1], 1), totals[method.name][1],
-                      tuple(totals[method.name][2])) for method in runs]
-
-
-def agreement(rows: list[EngineRow]) -> float:
-    """Share of prompts whose exported output equals llama.cpp's plain output token for token."""
-    if len(rows) < 2:
-        return 1.0
-    pairs = list(zip(rows[0].outputs, rows[1].outputs))
-    return sum(plain == exported for plain, exported in pairs) / max(len(pairs), 1)
-

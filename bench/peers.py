@@ -40,6 +40,11 @@ class ForwardClock:
         roles = [role] if role else list(self.calls)
         return sum(seconds for r in roles for _, seconds in self.calls[r])
 
+    def prompt_seconds(self, prompt_tokens: int) -> float:
+        """Seconds of the forwards that read the whole prompt: a model's first forward (assisted
+        generation's and prompt lookup's first target forward also verifies the first drafts)."""
+        return sum(seconds for calls in self.calls.values() for width, seconds in calls if width >= prompt_tokens)
+
 
 @contextmanager
 def clocked(target: torch.nn.Module, assistant: torch.nn.Module | None, device: torch.device) -> Iterator[ForwardClock]:
@@ -92,7 +97,7 @@ class GenerateMethod:
 
     def __init__(self, name: str, kind: str, model: torch.nn.Module, device: torch.device, eos_ids: set[int],
                  sampling: SamplingConfig, description: str, assistant: torch.nn.Module | None = None,
-                 **generate_kwargs):
+                 prefill_from_hooks: bool = False, **generate_kwargs):
         self.name = name
         self.kind = kind
         self.model = model
@@ -102,6 +107,7 @@ class GenerateMethod:
         self.description = description
         self.assistant = assistant
         self.generate_kwargs = generate_kwargs
+        self.prefill_from_hooks = prefill_from_hooks  # report the forwards that read the whole prompt as prefill
         self.settings = {k: v for k, v in generate_kwargs.items()}
         if assistant is not None:
             self.settings["num_assistant_tokens"] = int(assistant.generation_config.num_assistant_tokens)
@@ -131,6 +137,7 @@ class GenerateMethod:
             seconds=seconds,
             target_forwards=len(clock.calls["target"]),  # every target forward of generate commits tokens
             forward_seconds=clock.seconds(),
+            prefill_seconds=clock.prompt_seconds(len(prompt_ids)) if self.prefill_from_hooks else None,
             draft_seconds=clock.seconds("assistant") if self.assistant is not None else None,
         )
 

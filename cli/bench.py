@@ -39,12 +39,14 @@ def add_parser(commands) -> None:
     parser.add_argument("--batch", default=None, metavar="B,B,...",
                         help="instead: whole-batch tokens/s at these batch sizes (the schedule's choice, the batch-1 plan, "
                              "plain decoding batched) beside the schedule's prediction")
-    parser.add_argument("--engine", default=None, choices=["llama.cpp"],
-                        help="instead: the plan exported for this engine, run in llama-cpp-python against its plain "
-                             "decoding on the same prompts, measured beside the export's prediction")
+    parser.add_argument("--engine", default=None, choices=["llama.cpp", "transformers"],
+                        help="instead: the plan exported for this engine, run in it (llama-cpp-python, or transformers' "
+                             "generate) against its plain decoding on the same prompts, measured beside the export's "
+                             "prediction")
     parser.add_argument("--json", action="store_true", help="with --engine: one JSON object instead of the table")
     parser.add_argument("--threads", type=int, default=None,
-                        help="with --engine: llama.cpp's CPU threads (default: every core; 1 on a shared machine)")
+                        help="with --engine: CPU threads (llama.cpp's, default every core, 1 on a shared machine; "
+                             "torch's for transformers, default torch's own)")
     add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="bench")
 

@@ -1,6 +1,7 @@
-"""``specplan bench PLAN --engine llama.cpp``: the exported llama.cpp setting against llama.cpp's
+"""``specplan bench PLAN --engine llama.cpp|transformers``: the exported setting against the engine's
 plain decoding on the same prompts, measured beside the export's prediction
-(:mod:`specplan.bench.engine_llama_cpp`)."""
+(:mod:`specplan.bench.engine_llama_cpp`, :mod:`specplan.bench.engine_transformers`; one report
+for both, :mod:`specplan.bench.engine_report`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ from specplan.core.workloads import workload_split
 from specplan.core.yamlio import file_sha256
 from specplan.planner.export import export_plan
 from specplan.planner.options import runtime_options
+
+ENGINES = ("llama.cpp", "transformers")
+AGREEMENT = {
+    "llama.cpp": "llama.cpp's batched and one-token kernels may round apart; reported, not required",
+    "transformers": "greedy verification gives plain greedy's output: equal in float32, a near-tie may part in bfloat16",
+}
 
 
 def _prompt_ids(profile, prompts) -> tuple[list[list[int]], set[int]]:
@@ -37,57 +44,88 @@ def _prompt_ids(profile, prompts) -> tuple[list[list[int]], set[int]]:
     return [encode_prompt(tokenizer, prompt.text) for prompt in prompts], eos
 
 
-def bench_engine(args) -> int:
-    """Run the exported llama.cpp setting and plain llama.cpp; print predicted beside measured."""
-    if args.threads is not None and args.threads < 1:
-        raise SpecplanError("--threads must be at least 1")
-    if args.engine != "llama.cpp":
-        raise SpecplanError(f"--engine {args.engine!r}: specplan benches llama.cpp only (through llama-cpp-python); "
-                            "pass --engine llama.cpp")
-    from specplan.bench.engine_llama_cpp import agreement, methods, run_engine_bench
+def _prompts(args) -> list:
+    return stratified(read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation"),
+                      args.limit)
+
+
+def _export(profile, profile_path, engine: str, names):
+    """The export's re-solve for ``engine`` (greedy, the export's default limits): the setting and its prediction."""
+    return export_plan(profile, engine, runtime_options(64, 8, 0.0), profile_path=str(profile_path),
+                       profile_sha256=file_sha256(profile_path), names=names)
+
+
+def _llama_cpp(args):
+    """The exported llama.cpp setting and plain llama.cpp in llama-cpp-python."""
+    from specplan.bench.engine_llama_cpp import methods
+    from specplan.bench.engine_report import EngineBench
+    from specplan.bench.engine_rows import run_engine_bench
     from specplan.bench.llamacpp_peer import require_llama_cpp
     from specplan.cli.profile_engine import target_gguf
 
     require_llama_cpp()
-    plan, profile, profile_path = load_plan_and_profile(args.plan)
+    _, profile, profile_path = load_plan_and_profile(args.plan)
     target = target_gguf(profile, "bench a plan of")
     planned = planned_gguf(profile, Path(args.plan).parent / "export-llama.cpp")
     names = model_names(profile, "llama.cpp", planned)
-    result = export_plan(profile, "llama.cpp", runtime_options(64, 8, 0.0), profile_path=str(profile_path),
-                         profile_sha256=file_sha256(profile_path), names=names)
+    result = _export(profile, profile_path, "llama.cpp", names)
     source = profile_source(profile, result.stage.drafter) if result.stage is not None else ""
     write_llama_cpp_drafter(result.stage, source, names, planned)
-    prompts = stratified(read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation"),
-                         args.limit)
-    prompt_ids, eos = _prompt_ids(profile, prompts)
+    prompt_ids, eos = _prompt_ids(profile, _prompts(args))
     context = max(len(ids) for ids in prompt_ids) + args.max_new_tokens + 16
     threads = args.threads or os.cpu_count() or 1
     runs = methods(str(target), result.stage, source, names, eos, context, threads)
     rows = run_engine_bench(runs, prompt_ids, args.max_new_tokens)
-    plain, exported = rows[0], rows[-1]
-    predicted = result.restricted.plan.predicted
-    measured_speedup = plain.decode_ms_per_token / exported.decode_ms_per_token
-    record = {"engine": "llama.cpp", "config": result.config, "prompts": len(prompt_ids),
-              "max_new_tokens": args.max_new_tokens, "threads": threads, "predicted_ms_per_token": predicted.ms_per_token,
-              "predicted_speedup": predicted.speedup, "measured_ms_per_token": exported.decode_ms_per_token,
-              "measured_plain_ms_per_token": plain.decode_ms_per_token, "measured_speedup": measured_speedup,
-              "same_output_share": agreement(rows), "latency_source": profile.device.source,
-              "methods": [{"name": row.name, "description": row.description, "decode_ms_per_token":
-                           row.decode_ms_per_token, "new_tokens": row.new_tokens} for row in rows]}
+    return EngineBench("llama.cpp", result.config, result.restricted.plan.predicted, tuple(rows), len(prompt_ids),
+                       args.max_new_tokens, profile.device.source, {"threads": threads}, AGREEMENT["llama.cpp"])
+
+
+def _transformers(args):
+    """The exported transformers setting and plain greedy ``generate`` on the target as the profile loads it."""
+    import torch
+
+    from specplan.bench.engine_report import EngineBench
+    from specplan.bench.engine_rows import run_engine_bench
+    from specplan.bench.engine_transformers import WARM_UP_TOKENS, lossless_line, transformers_methods
+    from specplan.models.chat import encode_prompt
+    from specplan.models.load import quiet_transformers
+    from specplan.quant.load import load_model_variant
+    from specplan.runtime.build import eos_ids
+    from specplan.runtime.context import check_fits, model_context
+
+    _, profile, profile_path = load_plan_and_profile(args.plan)
+    result = _export(profile, profile_path, "transformers", model_names(profile, "transformers"))
+    source = profile_source(profile, result.stage.drafter) if result.stage is not None else ""
+    prompts = _prompts(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    quiet_transformers()
+    device = torch.device("cuda" if profile.device.kind == "cuda" and torch.cuda.is_available() else "cpu")
+    target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
+    prompt_ids = [encode_prompt(target.tokenizer, prompt.text) for prompt in prompts]
+    width = result.stage.shape.gamma + 1 if result.stage is not None else 0
+    for prompt, ids in zip(prompts, prompt_ids):  # every prompt fits before the long run starts
+        check_fits(len(ids), args.max_new_tokens, width, model_context(target.model.config), f"prompt {prompt.prompt_id}")
+    runs = transformers_methods(result.stage, source, target, device, eos_ids(target))
+    rows = run_engine_bench(runs, prompt_ids, args.max_new_tokens, warm_up_tokens=WARM_UP_TOKENS)
+    _, verdict = lossless_line(rows, prompt_ids, target)
+    settings = {"threads": torch.get_num_threads(), "dtype": target.dtype, "device": str(device)}
+    return EngineBench("transformers", result.config, result.restricted.plan.predicted, tuple(rows), len(prompt_ids),
+                       args.max_new_tokens, profile.device.source, settings, AGREEMENT["transformers"], verdict)
+
+
+def bench_engine(args) -> int:
+    """Run the exported setting and the engine's plain decoding; print predicted beside measured."""
+    if args.threads is not None and args.threads < 1:
+        raise SpecplanError("--threads must be at least 1")
+    if args.engine not in ENGINES:
+        raise SpecplanError(f"--engine {args.engine!r}: specplan benches {' and '.join(ENGINES)} (the engines "
+                            "installed here); pass --engine llama.cpp or --engine transformers")
+    from specplan.bench.engine_report import engine_record, engine_table
+
+    bench = (_llama_cpp if args.engine == "llama.cpp" else _transformers)(args)
     if args.json:
-        print(json.dumps(record))
-        return 0
-    print(f"llama.cpp bench of `{result.config}` on {len(prompt_ids)} prompts x {args.max_new_tokens} new tokens "
-          f"(decode ms per token after the first, {threads} threads; latency in the prediction: {profile.device.source})")
-    print("| method | predicted ms/token | measured ms/token | predicted speedup | measured speedup |")
-    print("|---|---|---|---|---|")
-    print(f"| llama.cpp plain | {predicted.ms_per_token * predicted.speedup:.2f} | {plain.decode_ms_per_token:.2f} | "
-          f"1.00x | 1.00x |")
-    if len(rows) > 1:
-        print(f"| {exported.description} | {predicted.ms_per_token:.2f} | {exported.decode_ms_per_token:.2f} | "
-              f"{predicted.speedup:.2f}x | {measured_speedup:.2f}x |")
+        print(json.dumps(engine_record(bench)))
     else:
-        print("the export chose plain decoding (no speculative option): nothing else to run")
-    print(f"outputs equal to plain llama.cpp on {agreement(rows):.0%} of prompts (llama.cpp's batched and "
-          "one-token kernels may round apart; reported, not required)")
+        print("\n".join(engine_table(bench)))
     return 0
