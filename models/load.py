@@ -21,6 +21,7 @@ import torch
 
 from specplan.core.errors import ModelError
 from specplan.models import registry
+from specplan.models.weights import load_causal_lm
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -160,6 +161,10 @@ def fingerprint(model_dir: str) -> str:
 def load_model(source: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load MODEL's weights as they are for inference (eval mode, sdpa attention) on ``device``.
 
+    A local folder's safetensors weights are read tensor by tensor and cast on the way
+    (:mod:`specplan.models.weights`), so that a bfloat16 load from a GGUF's float32 copy holds
+    the bfloat16 weights, not the float32 file as well; the fingerprint stays the folder's.
+
     A 4-bit variant (a profile entry's ``quant``) loads through
     :func:`specplan.quant.load.load_model_variant`, one layer up.
     """
@@ -171,9 +176,11 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu") -> Load
     local = Path(model_dir).is_dir()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=local)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=DTYPES[dtype], attn_implementation="sdpa", local_files_only=local
-        )
+        model = load_causal_lm(Path(model_dir), DTYPES[dtype]) if local else None  # without holding the file
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=DTYPES[dtype], attn_implementation="sdpa", local_files_only=local
+            )
     except OSError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"cannot load model {source!r} ({first}); pass `default`, a .gguf file or a local directory") from None
