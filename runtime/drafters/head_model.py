@@ -51,6 +51,8 @@ def head_config(target_config) -> LlamaConfig:
     for key in ("architectures", "auto_map", "quantization_config"):
         fields.pop(key, None)
     fields.update(num_hidden_layers=1, model_type="llama")
+    if "layer_types" in fields:  # per-layer lists (Qwen2: one entry per target layer) describe the one head layer
+        fields["layer_types"] = ["full_attention"]
     config = LlamaConfig(**fields)
     config._attn_implementation = "sdpa"
     return config

@@ -216,3 +216,17 @@ def test_head_latency_with_a_verifier_times_each_call_right_after_a_verifier_ste
     assert events[:2] == [("head", 36), ("verifier", 37)]  # both hold the context first
     timed = events[2:]
     assert timed[0::2] == [("verifier", 1)] * 7 and timed[1::2] == [("head", 1), ("head", 4)] * 3
+
+
+def test_a_head_over_a_qwen2_target_has_one_full_attention_layer():
+    """Qwen2's config lists a layer type per target layer; the head's config lists its one layer
+    (the 1.5B testbed's distillation failed on the 28-entry list)."""
+    from transformers import Qwen2Config
+
+    target_config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                num_attention_heads=4, num_key_value_heads=2)
+    assert len(target_config.layer_types) == 3
+    config = head_config(target_config)
+    assert config.num_hidden_layers == 1 and config.layer_types == ["full_attention"]
+    head = DraftHead(config, torch.arange(64))
+    assert sum(parameter.numel() for parameter in head.parameters()) > 0
