@@ -37,12 +37,23 @@ def new_head(target: torch.nn.Module, vocab_ids: torch.Tensor, layout: str = "ea
     head = DraftHead(config, vocab_ids)
     decoder = target.get_decoder()
     with torch.no_grad():
-        head.layer.load_state_dict(copy.deepcopy(decoder.layers[-1].state_dict()))
+        _copy_layer(head.layer, decoder.layers[-1])
         head.norm.weight.copy_(decoder.norm.weight)
         head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab_ids])
         head.fuse.weight.mul_(0.5)
     head.share_embedding(target.get_input_embeddings())
     return head.float()
+
+
+def _copy_layer(layer: torch.nn.Module, last: torch.nn.Module) -> None:
+    """The head's decoder layer starts as the target's last one. A bias the target lacks (o_proj's,
+    where the target's q, k and v have one: Qwen2) starts at zero, so the copy computes the same."""
+    state = copy.deepcopy(last.state_dict())
+    missing, unexpected = layer.load_state_dict(state, strict=False)
+    if unexpected or any(not name.endswith(".bias") for name in missing):
+        raise RuntimeError(f"the target's last layer does not fit the head's: missing {missing}, unexpected {unexpected}")
+    for name in missing:
+        layer.get_parameter(name).zero_()
 
 
 def _new_eagle3_head(target: torch.nn.Module, config, vocab_ids: torch.Tensor) -> torch.nn.Module:
@@ -55,7 +66,7 @@ def _new_eagle3_head(target: torch.nn.Module, config, vocab_ids: torch.Tensor) -
         for name in ("q_proj", "k_proj", "v_proj"):
             weight = getattr(last.self_attn, name).weight
             getattr(head.self_attn, name).weight.copy_(0.5 * torch.cat([weight, weight], dim=1))
-        head.self_attn.o_proj.load_state_dict(last.self_attn.o_proj.state_dict())
+        head.self_attn.o_proj.weight.copy_(last.self_attn.o_proj.weight)
         head.mlp.load_state_dict(last.mlp.state_dict())
         for norm in ("input_layernorm", "hidden_norm"):
             getattr(head, norm).weight.copy_(last.input_layernorm.weight)

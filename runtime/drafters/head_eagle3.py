@@ -25,6 +25,8 @@ Names and config keys: docs/formats.md, "Drafters in the engines' formats".
 
 from __future__ import annotations
 
+import copy
+
 import json
 from pathlib import Path
 
@@ -50,6 +52,8 @@ class Eagle3Head(HeadBase):
     def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor):
         super().__init__()
         hidden = config.hidden_size
+        config = copy.copy(config)
+        config.attention_bias = False  # EAGLE-3's layer has no biases (a Qwen2 target's q/k/v biases are dropped)
         self.config = config
         self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)

@@ -37,6 +37,7 @@ from specplan.core.files import read_json_object, write_text_atomic
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_CONFIG = "head.json"
 HEAD_FORMAT = 1
+QKV_BIAS_TYPES = ("qwen2",)  # targets whose q, k and v projections carry a bias (Qwen2's attention)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ def head_config(target_config) -> LlamaConfig:
     fields = target_config.to_dict()
     for key in ("architectures", "auto_map", "quantization_config"):
         fields.pop(key, None)
+    if fields.get("model_type") in QKV_BIAS_TYPES:
+        fields["attention_bias"] = True  # Llama's switch also gives o_proj a bias: zero at init (head_train)
     fields.update(num_hidden_layers=1, model_type="llama")
     if "layer_types" in fields:  # per-layer lists (Qwen2: one entry per target layer) describe the one head layer
         fields["layer_types"] = ["full_attention"]

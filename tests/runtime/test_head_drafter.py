@@ -230,3 +230,23 @@ def test_a_head_over_a_qwen2_target_has_one_full_attention_layer():
     assert config.num_hidden_layers == 1 and config.layer_types == ["full_attention"]
     head = DraftHead(config, torch.arange(64))
     assert sum(parameter.numel() for parameter in head.parameters()) > 0
+
+
+@pytest.mark.parametrize("layout", ["eagle1", "eagle3"])
+def test_a_new_head_over_a_qwen2_target_starts_from_its_last_layer(layout):
+    """Qwen2's q, k and v carry biases: the EAGLE-1 head copies them (o_proj's starts at zero, so
+    the copy computes what the target's layer does); EAGLE-3's layer has none."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from specplan.distill.head_train import new_head
+
+    torch.manual_seed(0)
+    target = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2)).eval()
+    head = new_head(target, torch.arange(48), layout)
+    last = target.model.layers[-1].self_attn
+    if layout == "eagle1":
+        assert torch.equal(head.layer.self_attn.q_proj.bias, last.q_proj.bias)
+        assert torch.count_nonzero(head.layer.self_attn.o_proj.bias) == 0
+    else:
+        assert head.self_attn.q_proj.bias is None and head.self_attn.o_proj.bias is None
