@@ -97,8 +97,8 @@ def load_causal_lm(folder: Path, dtype: torch.dtype) -> torch.nn.Module | None:
         return None
     config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
     model_class = AutoModelForCausalLM._model_mapping.get(type(config), None)  # the Auto class wants a path
-    if model_class is None:
-        return None
+    if model_class is None or getattr(config, "quantization_config", None) is not None:
+        return None  # quantized checkpoints (GPTQ's packed integers, ...) load through transformers' quantizer
     state = read_state_dict(files, dtype)
     model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=dtype,
                                         attn_implementation="sdpa")

@@ -130,3 +130,16 @@ def test_bfloat16_load_of_the_default_model_does_not_hold_the_float32_file(defau
     assert measured["held"] < 0.6 * file_size  # bfloat16: half the float32 file
     print(measured)
     assert measured["grew"] < 0.85 * file_size, measured
+
+
+def test_a_quantized_checkpoint_is_left_to_transformers(tiny_model_dir, tmp_path):
+    """A folder whose config names a quantization (GPTQ's packed integers) is not read tensor by tensor."""
+    import shutil
+
+    folder = tmp_path / "quantized"
+    shutil.copytree(tiny_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    (folder / "config.json").write_text(json.dumps(config))
+    assert weights.load_causal_lm(folder, torch.bfloat16) is None
+    assert weights.load_causal_lm(Path(tiny_model_dir), torch.bfloat16) is not None
