@@ -9,6 +9,8 @@ Linear layers are bitsandbytes ``Linear4bit`` (NF4) or GPTQModel's ``TorchAtenLi
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from specplan.quant.checkpoint import QuantizedCheckpoint, quantize
@@ -24,10 +26,12 @@ def load_checkpoint(checkpoint: QuantizedCheckpoint, dtype: str, device: str) ->
         from specplan.quant.nf4 import load_nf4
 
         return load_nf4(checkpoint.path, dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(checkpoint.path), dtype=DTYPES[dtype], device_map=device, attn_implementation="sdpa",
-        local_files_only=True,
-    )
+    with warnings.catch_warnings():  # optimum's GPTQ loader calls a transformers 5 method deprecated for v6
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(checkpoint.path), dtype=DTYPES[dtype], device_map=device, attn_implementation="sdpa",
+            local_files_only=True,
+        )
     return model.eval()
 
 
