@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specplan.bench.metrics import Measurement
+from specplan.bench.run import warm_up
 
 
 @dataclass(frozen=True)
@@ -46,23 +47,23 @@ def run_engine_bench(runs: Sequence, prompts: list[list[int]], max_new_tokens: i
     ``warm_up_tokens`` > 0: each method first generates that many tokens for the first prompt,
     untimed (a library's first call allocates and picks kernels)."""
     if warm_up_tokens > 0 and prompts:
-        for method in runs:
-            method.run(prompts[0], warm_up_tokens)
-    totals = {method.name: [0.0, 0, [], 0.0, 0] for method in runs}
+        warm_up(runs, prompts[0], warm_up_tokens)
+    measured: dict[str, list[Measurement]] = {method.name: [] for method in runs}
     for prompt_ids in prompts:
         for method in runs:
-            measurement = method.run(prompt_ids, max_new_tokens)
-            seconds, tokens = decode_ms(measurement)
-            total = totals[method.name]
-            total[0] += seconds
-            total[1] += tokens
-            total[2].append(measurement.token_ids)
-            total[3] += measurement.seconds
-            total[4] += measurement.new_tokens
-    return [EngineRow(method.name, method.description, 1e3 * totals[method.name][0] / max(totals[method.name][1], 1),
-                      totals[method.name][1], tuple(totals[method.name][2]),
-                      totals[method.name][4] / totals[method.name][3] if totals[method.name][3] > 0 else 0.0,
-                      tuple(sorted(method.settings.items()))) for method in runs]
+            measured[method.name].append(method.run(prompt_ids, max_new_tokens))
+    return [_row(method, measured[method.name]) for method in runs]
+
+
+def _row(method, measurements: list[Measurement]) -> EngineRow:
+    """One method's row: decode ms per token pooled over its prompts, and whole-call tokens/s."""
+    decoded = [decode_ms(measurement) for measurement in measurements]
+    decode_seconds, decode_tokens = sum(s for s, _ in decoded), sum(t for _, t in decoded)
+    seconds = sum(measurement.seconds for measurement in measurements)
+    new_tokens = sum(measurement.new_tokens for measurement in measurements)
+    return EngineRow(method.name, method.description, 1e3 * decode_seconds / max(decode_tokens, 1), decode_tokens,
+                     tuple(measurement.token_ids for measurement in measurements),
+                     new_tokens / seconds if seconds > 0 else 0.0, tuple(sorted(method.settings.items())))
 
 
 def agreement(rows: list[EngineRow]) -> float:
