@@ -117,3 +117,13 @@ def posterior_entry(entry: AcceptanceEntry, counts: LiveCounts, weight: float) -
     ranks = posterior_ranks(entry.rank_accept, counts, weight) if counts.positions else entry.rank_accept
     return replace(entry, accepted_hist=hist, alpha=histogram_alpha(hist), gamma=len(hist) - 1, rank_accept=ranks,
                    samples=entry.samples + counts.rounds)
+
+
+def posterior_alpha(entry: AcceptanceEntry, counts: LiveCounts, weight: float) -> float:
+    """The posterior entry's alpha alone (what the re-plan trigger watches), without its rank vector.
+
+    >>> entry = AcceptanceEntry("d", "t", 0.0, 0.5, 2, accepted_hist=(2, 1, 1))
+    >>> posterior_alpha(entry, LiveCounts((0, 0, 4)), 4.0) == posterior_entry(entry, LiveCounts((0, 0, 4)), 4.0).alpha
+    True
+    """
+    return histogram_alpha(posterior_histogram(entry, counts, weight))

@@ -31,6 +31,7 @@ from specplan.core.profile import AcceptanceEntry, Profile
 
 from .latency import LatencyTable, latency_table
 from .sequence import expected_accepted, sequence_ms_per_token
+from .tree_bound import budget_cap, most_committed
 from .tree_dp import TreeChoice, choose_tree
 
 # rank vectors are rounded to 1/QUANTUM before the tree DP (its cache key). The rounding error,
@@ -81,15 +82,39 @@ class Replanner:
         table = self.latency.get(drafter)
         return table(width) if table is not None else math.inf
 
-    def choose(self, entries: Mapping[str, AcceptanceEntry]) -> ReplanChoice:
-        """The cheapest candidate given the posterior ``entries`` (drafter id -> entry vs the target)."""
-        costed = [self.cost(candidate, entries) for candidate in self.settings.candidates]
+    def choose(self, entries: Mapping[str, AcceptanceEntry], keep: int | None = None) -> ReplanChoice:
+        """The cheapest candidate given the posterior ``entries`` (drafter id -> entry vs the target).
+
+        Families without a tree DP are costed first, then the tree families by their planned cost;
+        a tree family's DP only tries the budgets whose floor is below the cheapest cost found so
+        far (:mod:`.tree_bound`), which leaves the choice unchanged. A family that cannot win reports
+        a cost above the winner's (its floor, or its best tree within the capped budgets), not
+        necessarily its own optimum. Candidate ``keep`` (the running one) comes last, bounded by
+        ``cheapest / (1 - margin)``: its cost is exact whenever the switching rule keeps it.
+        """
+        candidates = self.settings.candidates
+        order = sorted(range(len(candidates)), key=lambda i: (i == keep, self._solves_tree(candidates[i]),
+                                                             candidates[i].ms_per_token, i))
+        costed: list[tuple[float, tuple[Stage, ...]] | None] = [None] * len(candidates)
+        incumbent = math.inf
+        for index in order:
+            bound = incumbent
+            if index == keep:
+                bound = incumbent / (1 - self.settings.margin) if self.settings.margin < 1 else math.inf
+            costed[index] = self.cost(candidates[index], entries, bound)
+            incumbent = min(incumbent, costed[index][0])
         costs = tuple(ms for ms, _ in costed)
         index = min(range(len(costs)), key=lambda i: (costs[i], i))
         return ReplanChoice(index, costed[index][1], costs[index], costs)
 
-    def cost(self, candidate: AdaptiveCandidate, entries: Mapping[str, AcceptanceEntry]) -> tuple[float, tuple[Stage, ...]]:
-        """(ms per token, stages) of one candidate family under ``entries``."""
+    def _solves_tree(self, candidate: AdaptiveCandidate) -> bool:
+        stages = candidate.stages
+        return len(stages) == 1 and stages[0].shape.kind == "tree" and not stages[0].shape.graft
+
+    def cost(self, candidate: AdaptiveCandidate, entries: Mapping[str, AcceptanceEntry],
+             incumbent: float = math.inf) -> tuple[float, tuple[Stage, ...]]:
+        """(ms per token, stages) of one candidate family under ``entries`` (a tree family's DP
+        skips the budgets that cannot beat ``incumbent`` ms per token)."""
         stages = candidate.stages
         target = self.latency.get(self.target)
         if target is None:
@@ -103,7 +128,7 @@ class Replanner:
         if len(stages) == 1 and not top.shape.graft:
             if top.shape.kind == "sequence":
                 return self._sequence(top, entry, target)
-            return self._tree(top, entry, target, candidate)
+            return self._tree(top, entry, target, candidate, incumbent)
         return self._fixed_top(candidate, entry, target), stages
 
     def _sequence(self, stage: Stage, entry: AcceptanceEntry, target: LatencyTable) -> tuple[float, tuple[Stage, ...]]:
@@ -112,13 +137,19 @@ class Replanner:
                    for gamma in range(1, MAX_DEPTH + 1))
         return best[0], (Stage(stage.drafter, stage.verifier, StageShape("sequence", gamma=best[1])),)
 
-    def _tree(self, stage: Stage, entry: AcceptanceEntry, target: LatencyTable,
-              candidate: AdaptiveCandidate) -> tuple[float, tuple[Stage, ...]]:
+    def _tree(self, stage: Stage, entry: AcceptanceEntry, target: LatencyTable, candidate: AdaptiveCandidate,
+              incumbent: float = math.inf) -> tuple[float, tuple[Stage, ...]]:
         accept = tuple(round(p * QUANTUM) / QUANTUM for p in entry.rank_accept)
-        key = (stage.drafter, accept)
+        budget = self.settings.max_budget
+        if math.isfinite(incumbent) and accept:
+            budget = budget_cap(accept, target, incumbent, budget)
+            if budget < 2:  # no tree of this drafter beats the incumbent: report the floor
+                most = most_committed(accept, self.settings.max_budget)
+                return min(target(n) / most[n] for n in range(2, len(most))), candidate.stages
+        key = (stage.drafter, accept, budget)
         if key not in self.trees:
             self.trees[key] = choose_tree(accept, lambda width: self.draft_ms(stage.drafter, width), target,
-                                          self.settings.max_budget, MAX_DEPTH)
+                                          budget, min(MAX_DEPTH, budget - 1))
         choice = self.trees[key]
         if choice is None or not math.isfinite(choice.ms_per_token):
             return candidate.ms_per_token, candidate.stages

@@ -23,7 +23,7 @@ import torch
 
 from specplan.core.plan import Stage
 from specplan.core.plan_adaptive import AdaptiveSettings
-from specplan.planner.posterior import posterior_entry
+from specplan.planner.posterior import posterior_alpha, posterior_entry
 from specplan.planner.replan import Replanner
 from specplan.planner.solve import summarize
 from specplan.runtime.drafters.base import Drafter, SamplingConfig
@@ -55,7 +55,8 @@ class ConfigurationUse:
 @dataclass(frozen=True)
 class AdaptiveResult(GenerationResult):
     """A generation by an adaptive plan: also which configurations ran, how often it switched,
-    and the seconds spent scoring and re-planning (``adaptive_seconds``, inside ``seconds``)."""
+    and the seconds spent scoring and re-planning (``adaptive_seconds``, inside ``seconds``: reading
+    the target's forwards for the scores, and the work between rounds)."""
 
     configurations: tuple[ConfigurationUse, ...] = ()
     switches: int = 0
@@ -67,9 +68,10 @@ class Family:
     """One candidate family: its drafter (built once) and a StageRunner per shape the re-solve picks."""
 
     def __init__(self, target: ModelSession, drafter: Drafter | None, make_runner: Callable[[Stage | None], StageRunner],
-                 one_stage: bool = True):
+                 one_stage: bool = True, weighted: bool = False):
         self.drafter = drafter
         self.one_stage = one_stage  # its drafter is verified by the target itself
+        self.weighted = weighted  # it may grow best-first (a dynamic tree): its drafter reads probabilities
         self.make_runner = make_runner
         self.runners: dict[Stage | None, StageRunner] = {}
         self.target = target
@@ -122,8 +124,11 @@ class AdaptiveEngine:
         # candidate played it, so that their tables are current when the re-planner picks them
         self.learners = [f.drafter for f in families if f.drafter is not None and f.drafter.learns_from_verifier
                          and f.one_stage]
+        self.weighted = {id(f.drafter) for f in families if f.weighted}  # learners whose tables need probabilities
         self.wired: set[int] = set()
         self.scored = sorted({c.stages[-1].drafter for c in settings.candidates if c.stages} | set(live.scores))
+        self.alpha_memo: dict[tuple, float] = {}
+        self.observe_seconds = 0.0  # spent reading target forwards for the scores, over all requests
 
     def entries(self) -> dict:
         """Posterior acceptance entry of every drafter with a prior in the profile (drafter id -> entry)."""
@@ -132,6 +137,22 @@ class AdaptiveEngine:
             prior = self.replanner.prior(drafter)
             if prior is not None:
                 result[drafter] = posterior_entry(prior, self.live.counts(drafter), self.settings.prior_weight)
+        return result
+
+    def alphas(self) -> dict[str, float]:
+        """Posterior alpha of every drafter with a prior; a chain histogram seen before is not recomputed."""
+        result = {}
+        for drafter in self.scored:
+            prior = self.replanner.prior(drafter)
+            if prior is None:
+                continue
+            counts = self.live.counts(drafter)
+            key = (drafter, counts.accepted_hist, counts.censored)
+            if key not in self.alpha_memo:
+                if len(self.alpha_memo) > 100_000:
+                    self.alpha_memo.clear()
+                self.alpha_memo[key] = posterior_alpha(prior, counts, self.settings.prior_weight)
+            result[drafter] = self.alpha_memo[key]
         return result
 
     def _runner(self, index: int, stages: tuple[Stage, ...]) -> StageRunner:
@@ -144,7 +165,12 @@ class AdaptiveEngine:
 
     def _observe(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
         """One target forward, reduced once to its rows' top-k, for the live scores and for the
-        Token Recycling tables of the candidates not playing this round."""
+        Token Recycling tables of the candidates not playing this round (timed: scoring overhead)."""
+        begin = now(self.device)
+        self._learn(learners, tokens, logits, parents)
+        self.observe_seconds += now(self.device) - begin
+
+    def _learn(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
         tables = [learner for learner in learners if isinstance(learner, RecycleDrafter)]
         for learner in learners:
             if not isinstance(learner, RecycleDrafter):
@@ -153,7 +179,8 @@ class AdaptiveEngine:
             self.live.record_top(tokens, torch.empty(0), torch.empty(0), parents)  # keeps positions in step
             return
         count = max([ROW_TOP] + [learner.top_k for learner in tables])
-        ids, probs = top_rows(logits, count)  # [n, count] each
+        normalized = any(id(learner) in self.weighted for learner in tables)  # else ranks are all anyone reads
+        ids, probs = top_rows(logits, count, normalized)  # [n, count] each
         self.live.record_top(tokens, ids, probs, parents)
         for learner in tables:
             learner.table.update_top(tokens, ids, probs)
@@ -184,13 +211,14 @@ class _Loop:
         self.index, self.stages = 0, engine.settings.candidates[0].stages
         self.uses: dict[tuple, list] = {}
         self.stats: dict[tuple[str, str], StageStats] = {}
-        self.switches = self.replans = self.since = 0
+        self.switches = self.replans = self.since = self.checked_rounds = 0
         self.adaptive_seconds = 0.0
+        self.observed_before = engine.observe_seconds
         self.start = now(engine.device)
         engine.target.reset()
         engine.drafter.reset()
         engine.live.reset(len(prompt_ids))
-        self.alphas = self._alphas(engine.entries())
+        self.alphas = engine.alphas()
         engine.live.begin_forward(0)
         engine._runner(self.index, self.stages).catch_up(self.committed)  # the prefill
 
@@ -231,21 +259,22 @@ class _Loop:
             self._replan()
         self.adaptive_seconds += now(engine.device) - begin
 
-    def _alphas(self, entries: dict) -> dict[str, float]:
-        return {drafter: entry.alpha for drafter, entry in entries.items()}
-
     def _moved(self) -> bool:
-        alphas = self._alphas(self.engine.entries())
+        rounds = self.engine.live.chain_rounds
+        if rounds == self.checked_rounds:
+            return False  # no chain round was scored since the last check: no alpha moved
+        self.checked_rounds = rounds
+        alphas = self.engine.alphas()
         return any(abs(alpha - self.alphas.get(drafter, alpha)) > self.engine.settings.threshold
                    for drafter, alpha in alphas.items())
 
     def _replan(self) -> None:
         entries = self.engine.entries()
-        self.alphas = self._alphas(entries)
+        self.alphas = {drafter: entry.alpha for drafter, entry in entries.items()}
         self.since = 0
         self.replans += 1
-        choice = self.engine.replanner.choose(entries)
-        current, _ = self.engine.replanner.cost(self.engine.settings.candidates[self.index], entries)
+        choice = self.engine.replanner.choose(entries, keep=self.index)
+        current = choice.costs[self.index]
         if choice.ms_per_token < current * (1 - self.engine.settings.margin):
             self._switch(choice.index, choice.stages)
         elif choice.index == self.index:
@@ -267,4 +296,5 @@ class _Loop:
         return AdaptiveResult(
             tuple(self.new_tokens), seconds, len(self.per_forward), tuple(self.per_forward),
             sum(s.draft_seconds for s in self.stats.values()), sum(s.verify_seconds for s in self.stats.values()),
-            self.stop_reason, stages, uses, self.switches, self.replans, self.adaptive_seconds)
+            self.stop_reason, stages, uses, self.switches, self.replans,
+            self.adaptive_seconds + engine.observe_seconds - self.observed_before)

@@ -32,15 +32,52 @@ def lookup_continuation(context: list[int], max_ngram: int, length: int) -> tupl
     return ()
 
 
+class NgramIndex:
+    """:func:`lookup_continuation` over a growing context in O(N) per call: the most recent start
+    of every n-gram (n <= N) that ends before the context's last token, kept as the context grows
+    (a context that does not extend the indexed one, another prompt, starts the index over)."""
+
+    def __init__(self, max_ngram: int):
+        self.max_ngram = max_ngram
+        self.tokens: list[int] = []  # the indexed text: the context without its last token
+        self.last: dict[tuple[int, ...], int] = {}  # n-gram -> its most recent start in ``tokens``
+
+    def _extend(self, context: list[int]) -> None:
+        seen = len(self.tokens)
+        if len(context) - 1 < seen or context[:seen] != self.tokens:
+            self.tokens, self.last, seen = [], {}, 0
+        for end in range(seen, len(context) - 1):
+            self.tokens.append(context[end])
+            for n in range(1, min(self.max_ngram, end + 1) + 1):
+                self.last[tuple(self.tokens[end - n + 1: end + 1])] = end - n + 1
+
+    def continuation(self, context: list[int], length: int) -> tuple[int, ...]:
+        """``lookup_continuation(context, max_ngram, length)``.
+
+        >>> NgramIndex(3).continuation([5, 6, 7, 8, 5, 6], 2)
+        (7, 8)
+        """
+        self._extend(context)
+        size = len(context)
+        for n in range(min(self.max_ngram, size - 1), 0, -1):
+            start = self.last.get(tuple(context[size - n:]))
+            if start is not None:
+                return tuple(context[start + n: start + n + length])
+        return ()
+
+
 class NgramDrafter(Drafter):
     """``ngram:N`` — deterministic proposals (point-mass draft distribution)."""
 
     def __init__(self, max_ngram: int):
         self.max_ngram = max_ngram
         self.name = f"ngram-{max_ngram}"
+        self.index = NgramIndex(max_ngram)
 
     def reset(self) -> None:
-        pass
+        self.index = NgramIndex(self.max_ngram)
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
-        return Proposal(lookup_continuation(committed, self.max_ngram, gamma))
+        if gamma < 1:
+            return Proposal(())
+        return Proposal(self.index.continuation(committed, gamma))

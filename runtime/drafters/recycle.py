@@ -48,6 +48,10 @@ class SuccessorTable:
         for token, successors, weights in zip(tokens, ids[:, : self.top_k].tolist(), probs[:, : self.top_k].tolist()):
             self.rows[int(token)] = (tuple(successors), tuple(weights))
 
+    def set_row(self, token: int, successors: Sequence[int], weights: Sequence[float]) -> None:
+        """Overwrite one token's row from its successors and their probabilities, best first."""
+        self.rows[int(token)] = (tuple(successors[: self.top_k]), tuple(weights[: self.top_k]))
+
 
 class RecycleDrafter(RetrievalTreeDrafter):
     learns_from_verifier = True  # its successor table is the verifier's top-k (arXiv 2408.08696)

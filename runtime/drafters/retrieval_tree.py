@@ -67,7 +67,18 @@ class RetrievalTreeDrafter(Drafter):
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         """Sequence stages: the chain of rank-0 candidates, up to ``gamma`` tokens."""
+        return Proposal(tuple(self.rank0_chain(committed, gamma)))
+
+    def rank0_chain(self, committed: list[int], gamma: int) -> list[int]:
+        """The rank-0 chain after ``committed``, up to ``gamma`` tokens, shorter where a lookup has no
+        candidate: the static chain shape's tree (:meth:`grow`), without building the tree."""
         if gamma < 1:
-            return Proposal(())
-        chain = TreeShape(parents=(-1, *range(gamma)))
-        return Proposal(self.propose_tree(committed, chain, sampling, generator).token_list[1:])
+            return []
+        self.prepare(committed)
+        tail, path = list(committed[-self.context_tokens:]), []
+        while len(path) < gamma:
+            children = self.successors(tail + path, 1)
+            if not children.tokens:
+                break
+            path.append(int(children.tokens[0]))
+        return path

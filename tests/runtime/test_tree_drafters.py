@@ -249,3 +249,19 @@ def test_children_counts_and_ties_in_best_first_growth():
     assert tree.num_nodes == 5
     assert all(tree.parents[node] < node for node in range(1, 5))
     assert list(itertools.chain.from_iterable(tree.children(n) for n in range(5))) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_retrieval_sequence_is_the_rank0_chain_of_its_static_tree(seed):
+    """``propose`` walks the rank-0 chain without building a tree: the same tokens as the chain
+    shape grown by ``propose_tree``, also where a lookup runs out of candidates."""
+    rng = np.random.default_rng(seed)
+    text = [int(t) for t in rng.integers(0, 6, size=60)]
+    recycle = RecycleDrafter(top_k=3)
+    recycle.observe(text[:-1], torch.randn(59, 6, generator=torch.Generator().manual_seed(seed)))
+    for drafter in (NgramTreeDrafter(2), NgramTreeDrafter(3), CacheDrafter(), recycle):
+        for cut in (5, 20, 40, 60):
+            for gamma in (1, 3, 8):
+                chain = TreeShape(parents=(-1, *range(gamma)))
+                tree = drafter.propose_tree(text[:cut], chain, GREEDY, torch.Generator()).token_list[1:]
+                assert tuple(drafter.propose(text[:cut], gamma, GREEDY, torch.Generator()).tokens) == tuple(tree)
