@@ -75,6 +75,9 @@ class ModelEntry:
     base: str | None = None  # id of the model whose weights this one shares
     mode: str = "eager"  # eager | compiled: what the runtime measured
     shape: ModelShape | None = None  # architecture, for roofline latency on other devices
+    # ms the batched runtime adds to each forward of b sequences x n tokens beyond T(n, b): padding
+    # masks, holes, rollback and per-sequence verification, measured per batch (planner-math.md 11.4)
+    batch_overhead: tuple[LatencyCurve, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,22 @@ def _curves(raw: Any, where: str, version: int) -> tuple[LatencyCurve, ...]:
     if version != BATCHED_VERSION and any(curve.batch != 1 for curve in curves):
         raise ProfileError(f"{where}: a curve with `batch` needs schema_version {BATCHED_VERSION}; "
                            "regenerate it with `specplan profile`")
+    return tuple(sorted(curves, key=lambda curve: curve.batch))
+
+
+def _overheads(raw: Any, where: str, version: int) -> tuple[LatencyCurve, ...]:
+    """Batched-runtime overhead curves: ms >= 0 at increasing widths, one per batch > 1."""
+    curves = []
+    for item in raw or ():
+        n = tuple(_count(v, f"{where}.n", 1) for v in item["n"])
+        ms = tuple(_finite(v, f"{where}.ms") for v in item["ms"])
+        batch = _count(item.get("batch", 0), f"{where}.batch", 2)
+        if len(n) != len(ms) or not n or list(n) != sorted(set(n)):
+            raise ProfileError(f"{where}: n and ms must be non-empty lists of equal length, n strictly increasing")
+        curves.append(LatencyCurve(_count(item.get("context", 0), f"{where}.context"), n, ms,
+                                   str(item.get("source", "measured")), batch))
+    if curves and version != BATCHED_VERSION:
+        raise ProfileError(f"{where} needs schema_version {BATCHED_VERSION}; regenerate it with `specplan profile`")
     return tuple(sorted(curves, key=lambda curve: curve.batch))
 
 
@@ -312,6 +331,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
                 base=m.get("base"),
                 mode=str(m.get("mode", "eager")),
                 shape=_shape(m.get("shape"), f"models[{m['id']}]"),
+                batch_overhead=_overheads(m.get("batch_overhead"), f"models[{m['id']}].batch_overhead", version),
             )
             for m in document["models"]
         )
@@ -351,6 +371,11 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
             if curve["batch"] == 1:
                 del curve["batch"]  # batch 1 is the default: a batch-1 profile reads as version 1 did
         model["latency"] = list(model["latency"])
+        if model["batch_overhead"]:
+            model["batch_overhead"] = [{**curve, "n": list(curve["n"]), "ms": [round(v, 4) for v in curve["ms"]]}
+                                       for curve in model["batch_overhead"]]
+        else:
+            del model["batch_overhead"]  # only batched profiles carry it: others read as before
         if model.get("shape") is None:
             model.pop("shape", None)
     for entry in document["acceptance"]:

@@ -7,17 +7,20 @@ a host-side table lookup made once per sequence, costs ``b * ms_per_call`` per d
 :func:`batch_view` returns the profile with exactly those numbers, so that every solver
 (the hierarchy DP, the trees, the LP check, the closed form) runs unchanged and its ms per
 token is the time per committed token of one sequence in the batch (SmartSpec, arXiv 2406.14066).
+Where the profile measured the batched runtime's own overhead per forward (padding masks, holes,
+per-sequence verification; section 11.4), the view's target curves include it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from specplan.core.profile import Profile, batch_sizes
+from specplan.core.profile import LatencyCurve, Profile, batch_sizes
 
 
 def batch_view(profile: Profile, batch: int) -> Profile:
-    """``profile`` with only its latency curves at ``batch`` and retrieval costs times ``batch``.
+    """``profile`` with only its latency curves at ``batch`` (plus the batched runtime's measured
+    overhead at that batch, when the profile has one) and retrieval costs times ``batch``.
 
     A model without a curve at ``batch`` keeps none (the planner skips it and says so). Curves
     measured at ``batch > 1`` are read unpadded (``mode: eager``): the batched forward is eager.
@@ -35,10 +38,35 @@ def batch_view(profile: Profile, batch: int) -> Profile:
     models = []
     for model in profile.models:
         curves = tuple(curve for curve in model.latency if curve.batch == batch)
+        overhead = next((curve for curve in model.batch_overhead if curve.batch == batch), None)
+        if overhead is not None:
+            curves = tuple(with_overhead(curve, overhead) for curve in curves)
         mode = model.mode if batch == 1 else "eager"
         models.append(replace(model, latency=curves, mode=mode))
     retrieval = tuple(replace(entry, ms_per_call=entry.ms_per_call * batch) for entry in profile.retrieval)
     return replace(profile, models=tuple(models), retrieval=retrieval)
+
+
+def overhead_ms(overhead: LatencyCurve, n: int) -> float:
+    """The batched runtime's ms per forward of width ``n``: piecewise linear between the measured
+    widths, the nearest end's value outside them (planner-math.md section 11.4).
+
+    >>> overhead_ms(LatencyCurve(256, (1, 3), (2.0, 4.0), batch=4), 2), overhead_ms(LatencyCurve(256, (1, 3), (2.0, 4.0)), 9)
+    (3.0, 4.0)
+    """
+    widths, ms = overhead.n, overhead.ms
+    if n <= widths[0]:
+        return ms[0]
+    for index in range(1, len(widths)):
+        if n <= widths[index]:
+            share = (n - widths[index - 1]) / (widths[index] - widths[index - 1])
+            return ms[index - 1] + share * (ms[index] - ms[index - 1])
+    return ms[-1]
+
+
+def with_overhead(curve: LatencyCurve, overhead: LatencyCurve) -> LatencyCurve:
+    """``curve`` with the batched runtime's overhead added at every profiled width."""
+    return replace(curve, ms=tuple(ms + overhead_ms(overhead, n) for n, ms in zip(curve.n, curve.ms)))
 
 
 def scheduled_batches(profile: Profile, wanted: tuple[int, ...] | None = None) -> tuple[int, ...]:

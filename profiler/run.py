@@ -36,6 +36,7 @@ from specplan.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
+from specplan.profiler.batch_overhead import measure_batch_overhead
 from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
 from specplan.core.yamlio import read_document
@@ -195,6 +196,19 @@ def _batched_curves(networks, device, context, settings: ProfileSettings) -> dic
     return result
 
 
+def _batch_overheads(target: LoadedModel, prompts: list[Prompt], context: list[int], curves: tuple,
+                     device: torch.device) -> tuple:
+    """The batched runtime's overhead over the target's T(n, b), one curve per batched curve."""
+    if not curves:
+        return ()
+    encoded = [encode_prompt(target.tokenizer, prompt.text) for prompt in prompts[:32]]
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else min(eos_ids(target), default=0)
+    result = []
+    for curve in tqdm(curves, desc="batched runtime overhead", unit="batch"):
+        result.append(measure_batch_overhead(target.model, device, context, encoded, curve, int(pad)))
+    return tuple(result)
+
+
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
                 device: torch.device, settings: ProfileSettings) -> Profile:
     """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``."""
@@ -215,9 +229,11 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
                 curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
                                                    runtime=settings.runtime)
     batched = _batched_curves(networks, device, context, settings)
+    overheads = _batch_overheads(target, prompts, context, batched["target"], device)
     pairs = _target_outputs(target, prompts, device, settings)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
-                         role="target", latency=(curves["target"],) + batched["target"], shape=shape_of_network(target.model))]
+                         role="target", latency=(curves["target"],) + batched["target"], shape=shape_of_network(target.model),
+                         batch_overhead=overheads)]
     retrieval, acceptance = [], []
     siblings, graft_model, best = None, None, -1.0
     for build in (b for b in built if b.model is not None):

@@ -46,6 +46,7 @@ class BatchedResult:
     rounds: int  # target verify forwards (prefill excluded)
     draft_seconds: float
     verify_seconds: float
+    verify_widths: tuple[int, ...] = ()  # tokens per sequence of each verify forward (root + longest draft)
 
     @property
     def new_tokens(self) -> int:
@@ -120,7 +121,7 @@ class BatchedEngine:
             sequence.commit([int(row[len(prompt) - 1].argmax())], max_new_tokens, self.eos_ids)
         running = list(range(len(prompts)))
         draft_seconds = verify_seconds = 0.0
-        rounds = 0
+        rounds, widths = 0, []
         while True:
             running = self._drop_finished(sequences, running, kv)
             if not running:
@@ -132,9 +133,10 @@ class BatchedEngine:
             draft_seconds += verify_start - draft_start
             verify_seconds += now(self.device) - verify_start
             rounds += 1
+            widths.append(kv.last_width)
         seconds = now(self.device) - start
         outputs = tuple(BatchedSequence(tuple(s.new), tuple(s.per_forward), s.stop_reason) for s in sequences)
-        return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds)
+        return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds, tuple(widths))
 
     def _drafts(self, running: list[_Sequence], max_new_tokens: int) -> list[tuple[int, ...]]:
         """Each sequence's draft, capped so that its accepted path never passes its token budget."""
