@@ -95,7 +95,10 @@ def overhead(results) -> dict:
     rounds = sum(r.target_forwards for r in results)
     spent = sum(r.adaptive_seconds for r in results)
     decode = sum(r.seconds for r in results)
+    reading = sum(r.reading_seconds for r in results)
     return {"rounds": rounds, "seconds": round(spent, 4), "ms_per_round": round(1000 * spent / max(rounds, 1), 4),
+            "ms_per_round_reading_forwards": round(1000 * reading / max(rounds, 1), 4),
+            "ms_per_round_between_rounds": round(1000 * (spent - reading) / max(rounds, 1), 4),
             "share_of_round_time": round(spent / decode, 4) if decode else None,
             "switches": sum(r.switches for r in results), "replans": sum(r.replans for r in results)}
 

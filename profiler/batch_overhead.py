@@ -44,7 +44,6 @@ def batch_prompts(context_ids: Sequence[int], prompts: Sequence[Sequence[int]], 
 
 def _overhead_point(engine: BatchedEngine, rows: list[list[int]], curve: LatencyCurve) -> tuple[float, float] | None:
     """(mean width, ms of overhead per verify forward) of one run, or None without a round."""
-    engine.generate(rows, 4)  # warm-up: allocations of this batch's shapes
     result = engine.generate(rows, NEW_TOKENS)
     if not result.rounds:
         return None
@@ -61,6 +60,7 @@ def measure_batch_overhead(model: torch.nn.Module, device: torch.device, context
     its full budget).
     """
     rows = batch_prompts(context_ids, prompts, curve.batch)
+    BatchedEngine(model, device, set(), None, 0, pad_id).generate(rows, 2)  # warm-up: this batch's first shapes
     points: dict[int, list[float]] = {}
     for gamma in gammas:
         drafter = PerSequenceDrafters(lambda: NgramDrafter(3)) if gamma else None

@@ -62,6 +62,7 @@ class AdaptiveResult(GenerationResult):
     switches: int = 0
     replans: int = 0
     adaptive_seconds: float = 0.0
+    reading_seconds: float = 0.0  # the part of adaptive_seconds spent reading target forwards' rows
 
 
 class Family:
@@ -297,4 +298,5 @@ class _Loop:
             tuple(self.new_tokens), seconds, len(self.per_forward), tuple(self.per_forward),
             sum(s.draft_seconds for s in self.stats.values()), sum(s.verify_seconds for s in self.stats.values()),
             self.stop_reason, stages, uses, self.switches, self.replans,
-            self.adaptive_seconds + engine.observe_seconds - self.observed_before)
+            self.adaptive_seconds + engine.observe_seconds - self.observed_before,
+            engine.observe_seconds - self.observed_before)

@@ -36,8 +36,11 @@ def _batched(profile, factor: float = 1.5):
 
 
 def test_the_stored_batched_profile_is_version_two_with_its_batches():
-    assert [path.parent.name for path in BATCHED] == ["cpu-batched"]
-    assert batch_sizes(load_profile(BATCHED[0])) == (1, 2, 4, 8)
+    assert [path.parent.name for path in BATCHED] == ["cpu-batched", "cpu-qwen-gptq-batched"]
+    for path in BATCHED:
+        profile = load_profile(path)
+        assert batch_sizes(profile) == (1, 2, 4, 8)
+        assert [curve.batch for curve in profile.target.batch_overhead] in ([], [2, 4, 8])
 
 
 @pytest.mark.parametrize("path", VERSION_ONE, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -103,6 +103,7 @@ def test_the_re_planner_runs_losslessly_and_reports_its_rounds():
         assert list(result.token_ids) == reference_greedy(target, prompt, 24)
         assert result.replans == result.target_forwards - 1  # every=1: between every two rounds
         assert 0 < result.adaptive_seconds < result.seconds
+        assert 0 <= result.reading_seconds <= result.adaptive_seconds
 
 
 class _Swap:
