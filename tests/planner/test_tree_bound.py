@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import doctest
 import random
-import warnings
-from pathlib import Path
 
 import pytest
 
-from specplan.core.profile import load_profile
 from specplan.planner import tree_bound
-from specplan.planner.adaptive_plan import make_adaptive
-from specplan.planner.options import runtime_options
 from specplan.planner.posterior import LiveCounts, posterior_entry
 from specplan.planner.replan import Replanner
-from specplan.planner.solve import solve_plan
 from specplan.planner.tree_bound import budget_cap, most_committed
 from specplan.planner.tree_dp import choose_tree, solve_tree_table
-
-STORED = Path(__file__).resolve().parents[2] / "profiles" / "cpu"
+from tests.planner.test_replan import solved  # noqa: F401 - the stored profile's adaptive plan, a fixture
 
 
 def test_doctests():
@@ -55,12 +48,9 @@ def test_a_tree_that_could_win_is_never_cut():
 
 
 @pytest.fixture(scope="module")
-def replanner():
-    profile = load_profile(STORED / "profile.yaml")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = solve_plan(profile, runtime_options())
-    return Replanner(profile, make_adaptive(result.plan, result.candidates, profile).adaptive)
+def replanner(solved):
+    profile, plan = solved
+    return Replanner(profile, plan.adaptive)
 
 
 @pytest.mark.parametrize("seed", range(12))
