@@ -24,7 +24,7 @@ from specplan.core.drafter_spec import DrafterSpec
 from specplan.core.errors import DrafterSpecError
 from specplan.core.profile import AcceptanceEntry, ModelEntry, Profile, RetrievalEntry, shape_of_network
 from specplan.core.prompts import Prompt
-from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
+from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids, pad_id
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.head import HeadDrafter
@@ -202,11 +202,8 @@ def _batch_overheads(target: LoadedModel, prompts: list[Prompt], context: list[i
     if not curves:
         return ()
     encoded = [encode_prompt(target.tokenizer, prompt.text) for prompt in prompts[:32]]
-    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else min(eos_ids(target), default=0)
-    result = []
-    for curve in tqdm(curves, desc="batched runtime overhead", unit="batch"):
-        result.append(measure_batch_overhead(target.model, device, context, encoded, curve, int(pad)))
-    return tuple(result)
+    return tuple(measure_batch_overhead(target.model, device, context, encoded, curve, pad_id(target))
+                 for curve in tqdm(curves, desc="batched runtime overhead", unit="batch"))
 
 
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],

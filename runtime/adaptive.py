@@ -16,6 +16,7 @@ output given the past is the target's conditional).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,10 +70,9 @@ class Family:
     """One candidate family: its drafter (built once) and a StageRunner per shape the re-solve picks."""
 
     def __init__(self, target: ModelSession, drafter: Drafter | None, make_runner: Callable[[Stage | None], StageRunner],
-                 one_stage: bool = True, weighted: bool = False):
+                 one_stage: bool = True):
         self.drafter = drafter
         self.one_stage = one_stage  # its drafter is verified by the target itself
-        self.weighted = weighted  # it may grow best-first (a dynamic tree): its drafter reads probabilities
         self.make_runner = make_runner
         self.runners: dict[Stage | None, StageRunner] = {}
         self.target = target
@@ -125,7 +125,9 @@ class AdaptiveEngine:
         # candidate played it, so that their tables are current when the re-planner picks them
         self.learners = [f.drafter for f in families if f.drafter is not None and f.drafter.learns_from_verifier
                          and f.one_stage]
-        self.weighted = {id(f.drafter) for f in families if f.weighted}  # learners whose tables need probabilities
+        # learners whose tables need probabilities: a dynamic tree grows best-first by them (re-solved trees are static)
+        self.weighted = {id(family.drafter) for family, candidate in zip(families, settings.candidates)
+                         if candidate.stages and candidate.stages[-1].shape.dynamic}
         self.wired: set[int] = set()
         self.scored = sorted({c.stages[-1].drafter for c in settings.candidates if c.stages} | set(live.scores))
         self.alpha_memo: dict[tuple, float] = {}
@@ -166,10 +168,11 @@ class AdaptiveEngine:
 
     def _observe(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
         """One target forward, reduced once to its rows' top-k, for the live scores and for the
-        Token Recycling tables of the candidates not playing this round (timed: scoring overhead)."""
-        begin = now(self.device)
+        Token Recycling tables of the candidates not playing this round (timed as scoring overhead,
+        on the host clock: no device synchronisation is added to the forward it follows)."""
+        begin = time.perf_counter()
         self._learn(learners, tokens, logits, parents)
-        self.observe_seconds += now(self.device) - begin
+        self.observe_seconds += time.perf_counter() - begin
 
     def _learn(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
         tables = [learner for learner in learners if isinstance(learner, RecycleDrafter)]

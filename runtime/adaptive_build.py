@@ -49,9 +49,7 @@ def _family(stages: tuple[Stage, ...], session: ModelSession, profile: Profile, 
     def make_runner(top: Stage) -> StageRunner:
         return StageRunner(session, drafter, names=(top.drafter, top.verifier), **stage_shape_arguments(top))
 
-    top = stages[-1].shape
-    return Family(session, drafter, make_runner, one_stage=len(stages) == 1,
-                  weighted=top.dynamic)  # re-solved trees are static; a dynamic one grows by probability
+    return Family(session, drafter, make_runner, one_stage=len(stages) == 1)
 
 
 def build_adaptive_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,

@@ -17,7 +17,7 @@ from specplan.core.errors import PlanError
 from specplan.core.plan import Plan, Stage, StageShape
 from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
-from specplan.runtime.build import build_drafter, check_stages, drafter_source, eos_ids
+from specplan.runtime.build import build_drafter, check_stages, drafter_source, eos_ids, pad_id
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.runner import PlanRunner
 
@@ -72,7 +72,7 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
     check_batchable(stages, plan)
     check_stages(plan, runner.profile)
     stop = eos_ids(target)
-    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else min(stop, default=0)
+    pad = pad_id(target)
     if not stages:
         return BatchedEngine(target.model, runner.device, stop, pad_id=int(pad))
     stage = stages[0]

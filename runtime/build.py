@@ -105,6 +105,12 @@ def tree_shape(shape: StageShape) -> TreeShape:
     return TreeShape(parents=shape.parents) if shape.parents else TreeShape(budget=shape.budget, depth=shape.depth)
 
 
+def pad_id(loaded: LoadedModel) -> int:
+    """The id that fills padding in a batch: the tokenizer's pad token, else the smallest EOS id (else 0)."""
+    pad = loaded.tokenizer.pad_token_id
+    return int(pad) if pad is not None else min(eos_ids(loaded), default=0)
+
+
 def eos_ids(loaded: LoadedModel) -> set[int]:
     """Token ids that end generation: the tokenizer's and the generation config's EOS."""
     ids = set()

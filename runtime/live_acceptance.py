@@ -156,7 +156,8 @@ class LiveAcceptance:
         self.model_rounds = 0
         self.pending: list[tuple[int, list[int], tuple[int, ...] | None, torch.Tensor, torch.Tensor]] = []  # ids, probs
         self.first = 0
-        self._wants_rows = any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values())
+        # whether a replayed drafter learns from the target's rows (Token Recycling)
+        self.wants_rows = any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values())
 
     def reset(self, prompt_length: int) -> None:
         self.rows.clear()
@@ -169,11 +170,6 @@ class LiveAcceptance:
     def begin_forward(self, first_position: int) -> None:
         """The next target forward's first fed token sits at ``first_position`` of the request."""
         self.first = first_position
-
-    @property
-    def wants_rows(self) -> bool:
-        """Whether a replayed drafter learns from the target's rows (Token Recycling)."""
-        return self._wants_rows
 
     def record(self, tokens: list[int], logits: torch.Tensor, parents: tuple[int, ...] | None) -> None:
         """A target forward (listener): keep its rows' top-k until the round tells which are committed."""

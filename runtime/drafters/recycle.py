@@ -46,7 +46,7 @@ class SuccessorTable:
         """Overwrite the rows of ``tokens`` [n] from their rows' top successors ``ids`` [n, k] and
         probabilities ``probs`` [n, k], best first (what :meth:`update` keeps of full logits)."""
         for token, successors, weights in zip(tokens, ids[:, : self.top_k].tolist(), probs[:, : self.top_k].tolist()):
-            self.rows[int(token)] = (tuple(successors), tuple(weights))
+            self.set_row(token, successors, weights)
 
     def set_row(self, token: int, successors: Sequence[int], weights: Sequence[float]) -> None:
         """Overwrite one token's row from its successors and their probabilities, best first."""
