@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 import doctest
-import warnings
 from pathlib import Path
 
 import pytest
 
 from specplan.core.errors import PlanError
 from specplan.core.plan import load_plan, plan_from_dict, plan_to_dict, save_plan
-from specplan.core.profile import AcceptanceEntry, load_profile
+from specplan.core.profile import AcceptanceEntry
 from specplan.planner import adaptive_plan, posterior, replan
-from specplan.planner.adaptive_plan import make_adaptive
-from specplan.planner.options import runtime_options
 from specplan.planner.posterior import LiveCounts, posterior_entry
 from specplan.planner.replan import Replanner
 from specplan.planner.sequence import expected_accepted
-from specplan.planner.solve import solve_plan
 from specplan.planner.tree_dp import tree_value
 
 STORED = Path(__file__).resolve().parents[2] / "profiles" / "cpu"
-
-
-@pytest.fixture(scope="module")
-def solved():
-    profile = load_profile(STORED / "profile.yaml")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = solve_plan(profile, runtime_options())
-    return profile, make_adaptive(result.plan, result.candidates, profile)
 
 
 def test_doctests():

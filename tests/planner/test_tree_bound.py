@@ -13,7 +13,6 @@ from specplan.planner.posterior import LiveCounts, posterior_entry
 from specplan.planner.replan import Replanner
 from specplan.planner.tree_bound import budget_cap, most_committed
 from specplan.planner.tree_dp import choose_tree, solve_tree_table
-from tests.planner.test_replan import solved  # noqa: F401 - the stored profile's adaptive plan, a fixture
 
 
 def test_doctests():
