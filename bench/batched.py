@@ -5,7 +5,10 @@ padding, each beside the schedule's prediction (planner-math.md section 11.2; do
 
 At batch ``b`` every method decodes the same ``b`` prompts together; the methods are
 interleaved (their order rotates per repeat) and each point is the median over repeats of
-``committed tokens / wall seconds`` for the whole batch, prefill included. Identity: each
+``committed tokens / wall seconds`` for the whole batch, prefill included, and of the decode
+alone (the tokens after each sequence's first, over the seconds after the prompts' forward): the
+schedule predicts the decode, at its profile's context, so the decode-only figure is the one to
+hold against the prediction; the whole-batch one is what a user waits for. Identity: each
 method's outputs against the batched runtime's plain decoding, sequence by sequence (exact in
 float32; 16-bit batched kernels may part at near-ties).
 """
@@ -17,8 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from specplan.core.errors import PlanError
+from specplan.runtime.batched import decode_rate
 from specplan.runtime.batched_build import build_batched_engine, check_batchable, describe, stages_at
 from specplan.runtime.build import eos_ids
 from specplan.runtime.runner import PlanRunner
@@ -32,27 +37,42 @@ class BatchPoint:
     batch: int
     method: str  # schedule | plan | plain-runtime | plain
     configuration: str
-    tokens_per_s: float  # median over repeats, whole batch
+    tokens_per_s: float  # median over repeats, whole batch, prefill included
     predicted_tokens_per_s: float | None  # the schedule's row for exactly this batch, else None
     new_tokens: int
     identical: int  # sequences token-identical to plain-runtime's
+    decode_tokens_per_s: float = 0.0  # median over repeats, the decode alone (prefill apart)
 
     def as_record(self) -> dict:
         return {"batch": self.batch, "method": self.method, "configuration": self.configuration,
-                "tokens_per_s": round(self.tokens_per_s, 3), "new_tokens": self.new_tokens,
+                "tokens_per_s": round(self.tokens_per_s, 3), "decode_tokens_per_s": round(self.decode_tokens_per_s, 3),
+                "new_tokens": self.new_tokens,
                 "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None
                 else round(self.predicted_tokens_per_s, 3), "identical": self.identical}
 
 
-# A decoder: prompts -> (outputs per prompt, whole-batch seconds)
-Decoder = Callable[[list[list[int]], int], tuple[list[tuple[int, ...]], float]]
+# A decoder: prompts -> (outputs per prompt, whole-batch seconds, the prefill's seconds among them)
+Decoder = Callable[[list[list[int]], int], tuple[list[tuple[int, ...]], float, float]]
 
 
 def engine_decoder(engine) -> Decoder:
     def decode(prompts: list[list[int]], max_new_tokens: int):
         result = engine.generate(prompts, max_new_tokens)
-        return [sequence.token_ids for sequence in result.sequences], result.seconds
+        return [sequence.token_ids for sequence in result.sequences], result.seconds, result.prefill_seconds
     return decode
+
+
+class _PrefillClock(LogitsProcessor):
+    """Notes when ``generate`` first scores a step: its prefill forward has just ended."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.first: float | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.first is None:
+            self.first = now(self.device)
+        return scores
 
 
 def generate_decoder(runner: PlanRunner) -> Decoder:
@@ -67,11 +87,13 @@ def generate_decoder(runner: PlanRunner) -> Decoder:
         width = max(len(prompt) for prompt in prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+        clock = _PrefillClock(device)
         start = now(device)
         output = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                                eos_token_id=stop or None, pad_token_id=pad)
+                                eos_token_id=stop or None, pad_token_id=pad, logits_processor=LogitsProcessorList([clock]))
         seconds = now(device) - start
-        return [_until_eos(row[width:].tolist(), set(stop)) for row in output], seconds
+        prefill = seconds if clock.first is None else clock.first - start
+        return [_until_eos(row[width:].tolist(), set(stop)) for row in output], seconds, prefill
     return decode
 
 
@@ -122,12 +144,15 @@ def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, 
     for name in runnable:  # warm-up: allocator, kernels, caches
         methods[name][1](chosen, min(8, max_new_tokens))
     rates: dict[str, list[float]] = {name: [] for name in runnable}
+    decode_rates: dict[str, list[float]] = {name: [] for name in runnable}
     outputs: dict[str, list[tuple[int, ...]]] = {}
     for repeat in range(repeats):
         shift = repeat % len(runnable)
         for name in [*runnable[shift:], *runnable[:shift]]:
-            tokens, seconds = methods[name][1](chosen, max_new_tokens)
-            rates[name].append(sum(len(t) for t in tokens) / seconds if seconds > 0 else 0.0)
+            tokens, seconds, prefill = methods[name][1](chosen, max_new_tokens)
+            committed = sum(len(t) for t in tokens)
+            rates[name].append(committed / seconds if seconds > 0 else 0.0)
+            decode_rates[name].append(decode_rate(committed, len(tokens), seconds, prefill))
             outputs[name] = tokens
     reference = outputs["plain-runtime"]
     points = []
@@ -137,19 +162,20 @@ def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, 
             continue
         same = sum(a == b for a, b in zip(outputs[name], reference))
         points.append(BatchPoint(batch, name, configuration, statistics.median(rates[name]), predicted,
-                                 sum(len(t) for t in outputs[name]), same))
+                                 sum(len(t) for t in outputs[name]), same, statistics.median(decode_rates[name])))
     return points
 
 
 PLAIN_METHODS = ("plain", "plain-runtime")
 
 
-def crossover(points: Sequence[BatchPoint], method: str = "plan") -> int | None:
+def crossover(points: Sequence[BatchPoint], method: str = "plan", decode: bool = False) -> int | None:
     """The smallest measured batch from which plain decoding (the faster of ``plain`` and
     ``plain-runtime``) is at least as fast as ``method`` at every larger measured batch (None:
-    ``method`` stays faster at the largest): the schedule's crossover (planner-math.md 11.2), measured."""
+    ``method`` stays faster at the largest): the schedule's crossover (planner-math.md 11.2),
+    measured on whole-batch goodput, or on the decode alone with ``decode``."""
     batches = sorted({point.batch for point in points})
-    rate = {(p.batch, p.method): p.tokens_per_s for p in points}
+    rate = {(p.batch, p.method): p.decode_tokens_per_s if decode else p.tokens_per_s for p in points}
     found = None
     for batch in reversed(batches):
         plain = max(rate.get((batch, name), 0.0) for name in PLAIN_METHODS)
@@ -162,11 +188,12 @@ def crossover(points: Sequence[BatchPoint], method: str = "plan") -> int | None:
 
 def table(points: Sequence[BatchPoint]) -> str:
     """Markdown: one row per batch and method, measured beside predicted."""
-    lines = ["| batch | method | configuration | measured tok/s | predicted tok/s | identical |", "|---|---|---|---|---|---|"]
+    lines = ["| batch | method | configuration | measured tok/s | decode-only tok/s | predicted tok/s (decode) | "
+             "identical |", "|---|---|---|---|---|---|---|"]
     for p in points:
         predicted = "-" if p.predicted_tokens_per_s is None else f"{p.predicted_tokens_per_s:.1f}"
-        lines.append(f"| {p.batch} | {p.method} | {p.configuration} | {p.tokens_per_s:.1f} | {predicted} | "
-                     f"{p.identical}/{p.batch} |")
+        lines.append(f"| {p.batch} | {p.method} | {p.configuration} | {p.tokens_per_s:.1f} | "
+                     f"{p.decode_tokens_per_s:.1f} | {predicted} | {p.identical}/{p.batch} |")
     return "\n".join(lines)
 
 
@@ -185,10 +212,14 @@ def report(points: Sequence[BatchPoint], plan, meta: dict) -> tuple[str, dict]:
     """The markdown (table, then measured vs predicted crossover) and the JSON document."""
     schedule = plan.schedule
     predicted = schedule.crossover_batch if schedule is not None else None
-    measured = crossover(points)
+    measured, decode = crossover(points), crossover(points, decode=True)
     shown = "n/a (the plan has no schedule)" if schedule is None else (predicted if predicted is not None else "none")
     text = (table(points) + "\n\ncrossover batch (plain decoding at least as fast as the batch-1 plan from here on): "
-            f"measured {measured if measured is not None else 'none'}, predicted {shown}\n")
+            f"measured {_batch(measured)} (decode only {_batch(decode)}), predicted {shown}\n")
     document = {**meta, "points": [point.as_record() for point in points],
-                "crossover_batch": {"measured": measured, "predicted": predicted}}
+                "crossover_batch": {"measured": measured, "measured_decode_only": decode, "predicted": predicted}}
     return text, document
+
+
+def _batch(batch: int | None) -> str:
+    return "none" if batch is None else str(batch)

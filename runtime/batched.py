@@ -47,6 +47,7 @@ class BatchedResult:
     draft_seconds: float
     verify_seconds: float
     verify_widths: tuple[int, ...] = ()  # tokens per sequence of each verify forward (root + longest draft)
+    prefill_seconds: float = 0.0  # the prompts' forward, inside ``seconds`` (it commits each sequence's first token)
 
     @property
     def new_tokens(self) -> int:
@@ -56,6 +57,22 @@ class BatchedResult:
     def tokens_per_s(self) -> float:
         """Tokens committed per second by the whole batch (goodput)."""
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Goodput of the decode alone: the tokens committed after the prefill's first token per
+        second after the prefill (what the schedule predicts, planner-math.md section 11.2)."""
+        return decode_rate(self.new_tokens, len(self.sequences), self.seconds, self.prefill_seconds)
+
+
+def decode_rate(new_tokens: int, sequences: int, seconds: float, prefill_seconds: float) -> float:
+    """Tokens per second of the decode phase: every sequence's first new token is the prefill's.
+
+    >>> decode_rate(40, 4, 2.5, 0.5)
+    18.0
+    """
+    decode_seconds = seconds - prefill_seconds
+    return max(new_tokens - sequences, 0) / decode_seconds if decode_seconds > 0 else 0.0
 
 
 @dataclass
@@ -119,6 +136,7 @@ class BatchedEngine:
         kv.keep([len(prompt) for prompt in prompts])
         for sequence, prompt, row in zip(sequences, prompts, logits):
             sequence.commit([int(row[len(prompt) - 1].argmax())], max_new_tokens, self.eos_ids)
+        prefill_seconds = now(self.device) - start
         running = list(range(len(prompts)))
         draft_seconds = verify_seconds = 0.0
         rounds, widths = 0, []
@@ -136,7 +154,7 @@ class BatchedEngine:
             widths.append(kv.last_width)
         seconds = now(self.device) - start
         outputs = tuple(BatchedSequence(tuple(s.new), tuple(s.per_forward), s.stop_reason) for s in sequences)
-        return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds, tuple(widths))
+        return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds, tuple(widths), prefill_seconds)
 
     def _drafts(self, running: list[_Sequence], max_new_tokens: int) -> list[tuple[int, ...]]:
         """Each sequence's draft, capped so that its accepted path never passes its token budget."""

@@ -105,6 +105,8 @@ def test_batched_bench_measures_every_method_at_every_batch(ngram_plan):
     assert {(p.batch, p.method) for p in points} == {(b, m) for b in (1, 2, 4)
                                                     for m in ("schedule", "plan", "plain-runtime", "plain")}
     assert all(p.tokens_per_s > 0 and p.new_tokens > 0 for p in points)
+    # the decode alone (prefill apart) commits every token but each sequence's first, in less time
+    assert all(p.decode_tokens_per_s > 0 for p in points)
     # float32: the speculative stage and transformers' padded generate commit plain decoding's tokens
     assert all(p.identical == p.batch for p in points)
     assert "| 4 | plain | transformers generate, left padding |" in table(points)
@@ -122,6 +124,8 @@ def test_bench_batch_writes_the_table_and_the_crossover(ngram_plan, capsys, tmp_
     assert [(p["batch"], p["method"]) for p in document["points"]] == [
         (b, m) for b in (1, 2) for m in ("schedule", "plan", "plain-runtime", "plain")]
     assert all(p["identical"] == p["batch"] and p["tokens_per_s"] > 0 for p in document["points"])
+    assert all(p["decode_tokens_per_s"] > 0 for p in document["points"])
+    assert set(document["crossover_batch"]) == {"measured", "measured_decode_only", "predicted"}
     assert main(["bench", str(plan_path), "--batch", "0,2"]) == 2
     assert "--batch '0,2'" in capsys.readouterr().err
 

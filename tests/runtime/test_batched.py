@@ -4,11 +4,13 @@ lengths, different accepted lengths per round, rollback holes kept or packed, an
 
 from __future__ import annotations
 
+import doctest
 import functools
 
 import pytest
 import torch
 
+from specplan.runtime import batched
 from specplan.runtime.batched import BatchedEngine, accepted_length
 from specplan.runtime.batched_cache import BatchedKV
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
@@ -65,6 +67,9 @@ def test_batched_is_token_identical_to_each_prompt_alone(attn, name, compact_hol
     assert [list(sequence.token_ids) for sequence in result.sequences] == reference(attn)
     assert all(sequence.stop_reason == "max_new_tokens" for sequence in result.sequences)
     assert result.new_tokens == NEW_TOKENS * len(PROMPTS)
+    assert 0 < result.prefill_seconds < result.seconds  # the prompts' forward, timed apart
+    assert result.decode_tokens_per_s == pytest.approx(
+        (result.new_tokens - len(PROMPTS)) / (result.seconds - result.prefill_seconds))
     if name == "self":
         assert result.rounds < NEW_TOKENS / 2  # full acceptance: far fewer target forwards than tokens
     if name == "ngram":  # sequences accept different lengths in the same rounds
@@ -146,3 +151,7 @@ def test_a_sequence_ending_at_its_first_token_leaves_before_any_draft(name):
     result = BatchedEngine(target, CPU, eos, draft, gamma).generate(PROMPTS, NEW_TOKENS)
     assert [list(s.token_ids) for s in result.sequences] == plain_alone(target, PROMPTS, eos=eos)
     assert result.sequences[3].token_ids == tuple(eos) and result.sequences[3].committed_per_forward == ()
+
+
+def test_doctests():
+    assert doctest.testmod(batched).failed == 0
