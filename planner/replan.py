@@ -10,7 +10,9 @@ family gets its best shape and cost with the planner's own formulas:
 - one tree stage ``d -> target``: Sequoia's hardware-aware DP tree (arXiv 2402.12374, section
   2.3) over the posterior rank vector, up to ``max_budget`` nodes. The DP is cached by the rank
   vector quantised to ``1 / QUANTUM``, so a posterior that barely moved costs a dictionary look-up
-  (1/64 is below the posterior's own standard error, section 12.2);
+  (1/64 is below the posterior's own standard error, section 12.2); a DP solved at a larger
+  budget answers a smaller one (its optimum over more trees is exact, and the bound only says
+  the larger trees cannot win);
 - anything else (a graft, a hierarchy): the shape the plan fixed, its top stage re-costed with
   the posterior E when the top drafter is scored (the draft cost per token below it is read
   back from the planner's prediction: ``L_below = (L * E_prior(gamma) - T(gamma + 1)) / gamma``),
@@ -69,7 +71,7 @@ class Replanner:
             if table is not None:
                 self.latency[model.id] = table
         self.call_ms = {entry.id: float(entry.ms_per_call) for entry in profile.retrieval}
-        self.trees: dict[tuple, TreeChoice | None] = {}
+        self.trees: dict[tuple, tuple[int, TreeChoice | None]] = {}  # (drafter, ranks) -> (budget solved, choice)
 
     def prior(self, drafter: str) -> AcceptanceEntry | None:
         """The profile's entry for ``drafter -> target`` at the plan's temperature."""
@@ -146,11 +148,12 @@ class Replanner:
             if budget < 2:  # no tree of this drafter beats the incumbent: report the floor
                 most = most_committed(accept, self.settings.max_budget)
                 return min(target(n) / most[n] for n in range(2, len(most))), candidate.stages
-        key = (stage.drafter, accept, budget)
-        if key not in self.trees:
-            self.trees[key] = choose_tree(accept, lambda width: self.draft_ms(stage.drafter, width), target,
-                                          budget, min(MAX_DEPTH, budget - 1))
-        choice = self.trees[key]
+        key = (stage.drafter, accept)
+        solved = self.trees.get(key)
+        if solved is None or solved[0] < budget:  # a DP solved at a larger budget answers a capped one exactly
+            solved = self.trees[key] = (budget, choose_tree(accept, lambda width: self.draft_ms(stage.drafter, width),
+                                                            target, budget, min(MAX_DEPTH, budget - 1)))
+        choice = solved[1]
         if choice is None or not math.isfinite(choice.ms_per_token):
             return candidate.ms_per_token, candidate.stages
         shape = StageShape("tree", budget=choice.budget, depth=choice.depth, parents=choice.tree.parents)

@@ -180,14 +180,16 @@ class AdaptiveEngine:
             if not isinstance(learner, RecycleDrafter):
                 learner.observe(tokens, logits)  # e.g. a graft: its own way of learning
         if not tables and not self.live.wants_rows:
-            self.live.record_top(tokens, torch.empty(0), torch.empty(0), parents)  # keeps positions in step
+            self.live.record_top(tokens, [], [], parents)  # keeps positions in step
             return
         count = max([ROW_TOP] + [learner.top_k for learner in tables])
         normalized = any(id(learner) in self.weighted for learner in tables)  # else ranks are all anyone reads
+        # one top-k call per forward (its cost is mostly per call: 1 and 3 rows cost about the same)
         ids, probs = top_rows(logits, count, normalized)  # [n, count] each
-        self.live.record_top(tokens, ids, probs, parents)
+        id_rows, prob_rows = ids.tolist(), probs.tolist()  # converted once for every reader
+        self.live.record_top(tokens, id_rows, prob_rows, parents)
         for learner in tables:
-            learner.table.update_top(tokens, ids, probs)
+            learner.table.update_top(tokens, id_rows, prob_rows)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  on_commit: Callable[[list[int]], None] | None = None) -> AdaptiveResult:

@@ -154,7 +154,7 @@ class LiveAcceptance:
         self.model_hist: dict[str, list[int]] = {}
         self.model_censored: dict[str, list[int]] = {}
         self.model_rounds = 0
-        self.pending: list[tuple[int, list[int], tuple[int, ...] | None, torch.Tensor, torch.Tensor]] = []  # ids, probs
+        self.pending: list[tuple[int, list[int], tuple[int, ...] | None, list, list]] = []  # id rows, prob rows
         self.first = 0
         # whether a replayed drafter learns from the target's rows (Token Recycling)
         self.wants_rows = any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values())
@@ -175,25 +175,20 @@ class LiveAcceptance:
         """A target forward (listener): keep its rows' top-k until the round tells which are committed."""
         if self.wants_rows:
             ids, probs = top_rows(logits, ROW_TOP)
-            self.record_top(tokens, ids, probs, parents)
+            self.record_top(tokens, ids.tolist(), probs.tolist(), parents)
 
-    def record_top(self, tokens: list[int], ids: torch.Tensor, probs: torch.Tensor,
+    def record_top(self, tokens: list[int], id_rows: list[list[int]], prob_rows: list[list[float]],
                    parents: tuple[int, ...] | None) -> None:
-        """:meth:`record` from rows already reduced to their top-k: ids [n, k], probabilities [n, k]."""
+        """:meth:`record` from rows already reduced to their top-k, as lists: ids [n][k], probabilities [n][k]."""
         if self.wants_rows:
-            self.pending.append((self.first, list(tokens), parents, ids, probs))
+            self.pending.append((self.first, list(tokens), parents, id_rows, prob_rows))
         self.first += len(tokens)
 
     def commit(self, committed: list[int]) -> None:
-        """Keep the rows of committed tokens from the pending forwards (as lists, converted once);
-        advance every replay."""
-        for first, tokens, parents, ids, probs in self.pending:
-            nodes = _committed_nodes(first, tokens, parents, committed)
-            if nodes:
-                picked = torch.tensor([node for node, _ in nodes], device=ids.device)
-                id_rows, prob_rows = ids[picked].tolist(), probs[picked].float().tolist()
-                for (_, position), id_row, prob_row in zip(nodes, id_rows, prob_rows):
-                    self.rows[position] = (id_row, prob_row)
+        """Keep the rows of committed tokens from the pending forwards; advance every replay."""
+        for first, tokens, parents, id_rows, prob_rows in self.pending:
+            for node, position in _committed_nodes(first, tokens, parents, committed):
+                self.rows[position] = (id_rows[node], prob_rows[node])
         self.pending = []
         for score in self.scores.values():
             score.advance(committed)

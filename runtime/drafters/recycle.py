@@ -40,12 +40,13 @@ class SuccessorTable:
         logits = logits.float()
         top = torch.topk(logits, min(self.top_k, logits.shape[-1]), dim=-1)  # [n, k]
         probs = torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True))  # [n, k]
-        self.update_top(tokens, top.indices, probs)
+        self.update_top(tokens, top.indices.tolist(), probs.tolist())
 
-    def update_top(self, tokens: Sequence[int], ids: torch.Tensor, probs: torch.Tensor) -> None:
-        """Overwrite the rows of ``tokens`` [n] from their rows' top successors ``ids`` [n, k] and
-        probabilities ``probs`` [n, k], best first (what :meth:`update` keeps of full logits)."""
-        for token, successors, weights in zip(tokens, ids[:, : self.top_k].tolist(), probs[:, : self.top_k].tolist()):
+    def update_top(self, tokens: Sequence[int], id_rows: Sequence[Sequence[int]],
+                   prob_rows: Sequence[Sequence[float]]) -> None:
+        """Overwrite the rows of ``tokens`` [n] from their rows' top successors ``id_rows`` [n][k]
+        and probabilities ``prob_rows`` [n][k], best first (what :meth:`update` keeps of full logits)."""
+        for token, successors, weights in zip(tokens, id_rows, prob_rows):
             self.set_row(token, successors, weights)
 
     def set_row(self, token: int, successors: Sequence[int], weights: Sequence[float]) -> None:

@@ -81,5 +81,18 @@ def test_pruning_skips_budgets_on_the_stored_profile(replanner):
     entries = {d: posterior_entry(replanner.prior(d), LiveCounts(), 16.0) for d in ("ngram-3", "ngram-5", "recycle", "cache")}
     replanner.trees.clear()
     replanner.choose(entries)
-    budgets = [key[2] for key in replanner.trees]
+    budgets = [budget for budget, _ in replanner.trees.values()]
     assert budgets and max(budgets) < replanner.settings.max_budget  # the steep CPU T(n) caps every tree DP
+
+
+def test_a_dp_solved_at_a_larger_budget_answers_a_capped_one(replanner, monkeypatch):
+    from specplan.planner import replan
+
+    entries = {d: posterior_entry(replanner.prior(d), LiveCounts(), 16.0) for d in ("ngram-3", "ngram-5", "recycle", "cache")}
+    replanner.trees.clear()
+    full = [replanner.cost(candidate, entries) for candidate in replanner.settings.candidates]  # uncapped DPs
+    solved = dict(replanner.trees)
+    monkeypatch.setattr(replan, "choose_tree", lambda *args: pytest.fail("re-solved a DP the cache answers"))
+    choice = replanner.choose(entries)
+    assert replanner.trees == solved
+    assert choice.ms_per_token == pytest.approx(min(ms for ms, _ in full))
