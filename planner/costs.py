@@ -142,7 +142,7 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
                 continue
             if "sequence" in options.shapes:
                 model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in options.gammas}
-            if "tree" in options.shapes:
+            if "tree" in options.shapes and (options.tree_drafters is None or drafter in options.tree_drafters):
                 tree = _graft(model, profile, drafter, verifier, options, _tree(model, entry, options, messages))
                 if tree is not None and math.isfinite(tree.ms_per_token):
                     model.trees[drafter, verifier] = tree

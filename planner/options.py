@@ -30,7 +30,8 @@ class PlanOptions:
     today: plain decoding or one drafter -> target sequence stage); ``max_stages``: longest
     chain; ``temperature``: which acceptance entries to use; ``context``: which latency curve
     (nearest context; None = the target's first curve); ``simulation_rounds``: Monte-Carlo
-    rounds used to check the chosen plan (0 = skip); ``seed``: its random seed.
+    rounds used to check the chosen plan (0 = skip); ``seed``: its random seed;
+    ``tree_drafters``: the drafters that may grow tree stages (None: every drafter).
     """
 
     max_budget: int = 64
@@ -42,6 +43,7 @@ class PlanOptions:
     context: int | None = None
     simulation_rounds: int = 0
     seed: int = 0
+    tree_drafters: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         check_search_limits(self.max_budget, self.max_depth, "max_budget", "max_depth")

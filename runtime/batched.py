@@ -136,6 +136,7 @@ class BatchedEngine:
         kv.keep([len(prompt) for prompt in prompts])
         for sequence, prompt, row in zip(sequences, prompts, logits):
             sequence.commit([int(row[len(prompt) - 1].argmax())], max_new_tokens, self.eos_ids)
+        self._after_prefill(prompts, logits)
         prefill_seconds = now(self.device) - start
         running = list(range(len(prompts)))
         draft_seconds = verify_seconds = 0.0
@@ -155,6 +156,9 @@ class BatchedEngine:
         seconds = now(self.device) - start
         outputs = tuple(BatchedSequence(tuple(s.new), tuple(s.per_forward), s.stop_reason) for s in sequences)
         return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds, tuple(widths), prefill_seconds)
+
+    def _after_prefill(self, prompts: list[list[int]], logits: torch.Tensor) -> None:
+        """The prompts' forward, for a drafter that learns from the target's rows (none here)."""
 
     def _drafts(self, running: list[_Sequence], max_new_tokens: int) -> list[tuple[int, ...]]:
         """Each sequence's draft, capped so that its accepted path never passes its token budget."""

@@ -3,9 +3,11 @@
 Which stages: the plan's ``schedule`` row for ``b`` (the largest scheduled batch <= ``b``,
 planner-math.md section 11.2) when the plan has a schedule, else the plan's own stages; or the
 stages a caller names (the bench runs the batch-1 plan at every ``b`` too). The batched runtime
-executes plain decoding and one sequence stage whose drafter is ``ngram:N`` (looked up per
+executes plain decoding, one sequence stage whose drafter is ``ngram:N`` (looked up per
 sequence) or a drafter model (``model:``, ``layerskip:``; one batched forward per draft token),
-a static tree that is a chain counting as the sequence it is; other trees, hierarchies, draft heads and recycling tables are refused with one line.
+a static tree that is a chain counting as the sequence it is, and one tree stage grown per
+sequence by a retrieval drafter (``ngram:N``, ``recycle``, ``cache``; runtime/batched_tree.py);
+model trees, grafts, hierarchies and draft heads are refused with one line.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from specplan.core.errors import PlanError
 from specplan.core.plan import Plan, Stage, StageShape
 from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
-from specplan.runtime.build import build_drafter, check_stages, drafter_source, eos_ids, pad_id
+from specplan.runtime.batched_tree import BatchedTreeEngine, PerSequenceTreeDrafters
+from specplan.runtime.build import (
+    build_drafter, build_tree_drafter, check_stages, drafter_source, eos_ids, pad_id, tree_shape,
+)
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.runner import PlanRunner
 
@@ -31,12 +36,20 @@ def stages_at(plan: Plan, batch: int) -> tuple[tuple[Stage, ...], str]:
 
 
 def describe(stages: tuple[Stage, ...], target: str) -> str:
-    """``ngram-5 -> target (sequence gamma 4)`` or ``target plain decoding``."""
+    """``ngram-5 -> target (sequence gamma 4)``, ``recycle -> target (tree 6 nodes)`` or ``target plain decoding``."""
     stages = as_sequences(stages)
     if not stages:
         return f"{target} plain decoding"
-    return "; ".join(f"{stage.drafter} -> {stage.verifier} ({stage.shape.kind}"
-                     + (f" gamma {stage.shape.gamma})" if stage.shape.kind == "sequence" else ")") for stage in stages)
+    return "; ".join(f"{stage.drafter} -> {stage.verifier} ({_shape(stage.shape)})" for stage in stages)
+
+
+def _shape(shape: StageShape) -> str:
+    """``sequence gamma 4``, ``tree 6 nodes`` (static) or ``tree 6 nodes depth 3`` (best-first)."""
+    if shape.kind == "sequence":
+        return f"sequence gamma {shape.gamma}"
+    if shape.parents:
+        return f"tree {len(shape.parents)} nodes"
+    return f"tree {shape.budget} nodes depth {shape.depth}"
 
 
 def as_sequences(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
@@ -57,10 +70,10 @@ def check_batchable(stages: tuple[Stage, ...], plan: Plan) -> None:
     stages = as_sequences(stages)
     if not stages:
         return
-    if len(stages) > 1 or stages[0].shape.kind != "sequence" or stages[0].verifier != plan.target:
-        raise PlanError(f"the batched runtime runs plain decoding or one sequence stage into the target, not "
-                        f"{describe(stages, plan.target)}; run it with --batch 1, or re-plan (`specplan plan`) "
-                        "for a sequence stage")
+    if len(stages) > 1 or stages[0].verifier != plan.target or stages[0].shape.graft:
+        raise PlanError(f"the batched runtime runs plain decoding or one stage into the target, not "
+                        f"{describe(stages, plan.target)}; run it with --batch 1, or re-plan with "
+                        "`specplan plan --batched`")
 
 
 def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ...] | None = None) -> BatchedEngine:
@@ -77,6 +90,8 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
         return BatchedEngine(target.model, runner.device, stop, pad_id=int(pad))
     stage = stages[0]
     spec = parse_drafter_spec(drafter_source(runner.profile, stage.drafter))
+    if stage.shape.kind == "tree":
+        return _tree_engine(runner, stage, spec, stop, int(pad))
     if spec.kind == "ngram":
         drafter = PerSequenceDrafters(lambda: NgramDrafter(int(spec.argument)))
     elif spec.kind in ("model", "layerskip"):
@@ -86,3 +101,14 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
         raise PlanError(f"the batched runtime drafts with ngram:N or a drafter model, not {spec.source!r} "
                         f"({stage.drafter}); run it with --batch 1")
     return BatchedEngine(target.model, runner.device, stop, drafter, stage.shape.gamma, int(pad), stage.drafter)
+
+
+def _tree_engine(runner: PlanRunner, stage: Stage, spec, stop: set[int], pad: int) -> BatchedTreeEngine:
+    """A tree stage: a retrieval drafter per sequence grows the stage's tree (runtime/batched_tree.py)."""
+    if not spec.is_retrieval:
+        raise PlanError(f"the batched runtime grows trees from retrieval drafters (ngram:N, recycle, cache), not "
+                        f"{spec.source!r} ({stage.drafter}); run it with --batch 1, or re-plan with "
+                        "`specplan plan --batched`")
+    shape = tree_shape(stage.shape)
+    drafters = PerSequenceTreeDrafters(lambda: build_tree_drafter(spec, runner.target, runner.device), shape)
+    return BatchedTreeEngine(runner.target.model, runner.device, stop, drafters, shape.max_depth, pad, stage.drafter)

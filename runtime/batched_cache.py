@@ -27,6 +27,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from specplan.runtime.tree import DraftTree
+
 COMPACT_HOLES = 0.25  # pack the cache when more than this share of its slots are holes
 
 
@@ -56,11 +58,16 @@ class BatchedKV:
         """Tokens each sequence has in the cache (its next logical position)."""
         return self.mask.sum(dim=1).tolist()
 
-    def forward(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    def forward(self, rows: Sequence[Sequence[int]], trees: Sequence[DraftTree] | None = None) -> torch.Tensor:
         """Run ``model`` over one row of new tokens per sequence (each row non-empty; the first call
         sets the batch). Returns logits ``[b, width, vocab]``; row ``i``'s position ``k`` follows its
         token ``k`` (positions past ``len(rows[i])`` are padding: ignore them). Every new slot is
-        kept until :meth:`keep` or :meth:`truncate` says otherwise."""
+        kept until :meth:`keep` or :meth:`truncate` says otherwise.
+
+        With ``trees`` (row ``i`` is the token list of ``trees[i]``), each row's tokens attend to
+        their sequence's kept slots and to their tree ancestors only, at positions ``length +
+        depth`` (:meth:`tree_mask`): one verify forward over every sequence's draft tree.
+        """
         if self.slots == 0 and self.batch == 0:
             self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=self.device)
         if len(rows) != self.batch or min(len(row) for row in rows) < 1:
@@ -72,14 +79,41 @@ class BatchedKV:
         for index, row in enumerate(rows):
             ids[index, : len(row)] = torch.tensor(list(row), dtype=torch.long)
             new[index, : len(row)] = 1
-        positions = self.mask.sum(dim=1, keepdim=True) + torch.arange(width, device=self.device)
+        lengths = self.mask.sum(dim=1, keepdim=True)
+        if trees is None:
+            positions = lengths + torch.arange(width, device=self.device)
+        else:
+            offsets = [list(tree.depth) + list(range(tree.num_nodes, width)) for tree in trees]
+            positions = lengths + torch.tensor(offsets, dtype=torch.long, device=self.device)
         slots = torch.arange(self.slots, self.slots + width, device=self.device)  # physical: the causal mask's axis
+        attention = None if trees is None else self.tree_mask(trees, width)  # built over the past slots
         self.mask = torch.cat([self.mask, new.to(self.device)], dim=1)
+        if attention is None:
+            attention = self.mask
         self.last_width = width
         with torch.no_grad():
-            output = self.model(input_ids=ids.to(self.device), attention_mask=self.mask, position_ids=positions,
+            output = self.model(input_ids=ids.to(self.device), attention_mask=attention, position_ids=positions,
                                 cache_position=slots, past_key_values=self.cache, use_cache=True)
         return output.logits
+
+    def tree_mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
+        """Additive float mask ``[b, 1, width, slots + width]`` of a tree forward (0: attended).
+
+        Row ``k`` of sequence ``i`` sees the sequence's kept slots, then node ``k``'s ancestors and
+        itself in the new block; a padding row sees the kept slots and itself, so no row is fully
+        masked. transformers 5 passes a 4-D float mask unchanged to eager and sdpa attention
+        (:meth:`~specplan.runtime.tree.DraftTree.attention_mask`, the same convention at batch 1).
+        """
+        past = self.slots
+        allowed = torch.zeros((self.batch, width, past + width), dtype=torch.bool)
+        allowed[:, :, :past] = self.mask.bool().cpu().unsqueeze(1)
+        allowed[:, :, past:] = torch.eye(width, dtype=torch.bool)
+        for index, tree in enumerate(trees):
+            nodes = tree.num_nodes
+            allowed[index, :nodes, past: past + nodes] = tree.ancestor_mask()
+        dtype = next(self.model.parameters()).dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask.unsqueeze(1).to(self.device)
 
     def keep(self, counts: Sequence[int]) -> None:
         """After a forward, sequence ``i`` keeps only the first ``counts[i]`` of its new slots (the
@@ -87,6 +121,16 @@ class BatchedKV:
         start = self.slots - self.last_width
         for index, count in enumerate(counts):
             self.mask[index, start + count:] = 0
+        self._crop()
+
+    def keep_nodes(self, kept: Sequence[Sequence[int]]) -> None:
+        """After a forward, sequence ``i`` keeps only the new slots ``kept[i]`` (in increasing order:
+        a tree's root and accepted path, whose positions are then its next logical ones)."""
+        start = self.slots - self.last_width
+        for index, nodes in enumerate(kept):
+            keep = torch.zeros(self.last_width, dtype=torch.long, device=self.device)
+            keep[list(nodes)] = 1
+            self.mask[index, start:] *= keep
         self._crop()
 
     def truncate(self, lengths: Sequence[int]) -> None:

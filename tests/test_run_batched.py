@@ -69,15 +69,23 @@ def test_bad_batch_flags_are_one_line_errors(ngram_plan, capsys, extra, fragment
     assert fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_tree_plan_is_refused_in_one_line(ngram_plan, capsys, tmp_path):
-    plan_path, _ = ngram_plan
+def test_a_tree_plan_runs_batched_and_a_hierarchy_is_refused_in_one_line(ngram_plan, capsys):
+    plan_path, prompts_path = ngram_plan
     document = yaml.safe_load(plan_path.read_text())
-    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 0]}}]
+    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 0, 1]}}]
     tree_path = plan_path.parent / "tree.yaml"
     tree_path.write_text(yaml.safe_dump(document, sort_keys=False))
     capsys.readouterr()
+    assert main(["run", str(tree_path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
+                 "--json", "--compare-plain", "--force"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert all(record["identical_to_plain"] for record in records)
+    assert records[0]["configuration"] == "ngram-3 -> target (tree 4 nodes)"
+    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "sequence", "gamma": 2}}] * 2
+    tree_path.write_text(yaml.safe_dump(document, sort_keys=False))
     assert main(["run", str(tree_path), "--prompt", "Hi", "--batch", "2", "--force"]) == 2
-    assert "the batched runtime runs plain decoding or one sequence stage" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_chain_tree_runs_as_its_sequence(ngram_plan, capsys):
