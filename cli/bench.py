@@ -39,6 +39,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--batch", default=None, metavar="B,B,...",
                         help="instead: whole-batch tokens/s at these batch sizes (the schedule's choice, the batch-1 plan, "
                              "plain decoding batched) beside the schedule's prediction")
+    parser.add_argument("--at-profile-context", action="store_true",
+                        help="with --batch: make every prompt exactly as long as the context the schedule was "
+                             "profiled at (the prompts before it fill the rest), so measured and predicted compare")
     parser.add_argument("--engine", default=None, choices=["llama.cpp", "transformers"],
                         help="instead: the plan exported for this engine, run in it (llama-cpp-python, or transformers' "
                              "generate) against its plain decoding on the same prompts, measured beside the export's "
@@ -122,6 +125,8 @@ def command(args) -> int:
 
     if args.limit < 1 or args.max_new_tokens < 1 or args.grid_limit < 1:
         raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
+    if args.at_profile_context and args.batch is None:
+        raise SpecplanError("--at-profile-context goes with --batch B,B,...; add --batch or drop it")
     if args.engine is not None:
         from specplan.cli.bench_engine import bench_engine
 

@@ -38,10 +38,13 @@ def bench_batched(args) -> int:
     encoded = [runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts]
     if not encoded:
         raise SpecplanError("no prompts to measure; pass --prompts FILE with at least one prompt")
+    context = None
+    if args.at_profile_context:
+        encoded, context = at_profile_context(encoded, profile)
     points = measure_batches(runner, encoded, batches, args.max_new_tokens, REPEATS,
                              lambda line: print(f"specplan: {line}", file=sys.stderr, flush=True))
     meta = {"plan": str(args.plan), "device": str(runner.device), "max_new_tokens": args.max_new_tokens,
-            "repeats": REPEATS, "prompts": len(encoded)}
+            "repeats": REPEATS, "prompts": len(encoded), "prompt_tokens": context}
     text, document = report(points, plan, meta)
     if args.report:
         folder = Path(args.report)
@@ -50,3 +53,16 @@ def bench_batched(args) -> int:
         print(f"specplan: wrote {folder}/batched.md, batched.json", file=sys.stderr)
     print(text)
     return 0
+
+
+def at_profile_context(encoded: list[list[int]], profile) -> tuple[list[list[int]], int]:
+    """Every prompt made exactly as long as the target's first latency curve's context (the one
+    the schedule is solved at): the prompts before it fill the rest, a longer prompt keeps its
+    last tokens (:func:`specplan.profiler.batch_overhead.batch_prompts`, the profiler's own rule)."""
+    from specplan.profiler.batch_overhead import batch_prompts
+
+    context = profile.target.latency[0].context
+    filler = [token for ids in encoded for token in ids]
+    while len(filler) < context:
+        filler = filler + filler
+    return batch_prompts(filler[:context], encoded, len(encoded)), context

@@ -136,6 +136,25 @@ def test_bench_batch_writes_the_table_and_the_crossover(ngram_plan, capsys, tmp_
     assert set(document["crossover_batch"]) == {"measured", "measured_decode_only", "predicted"}
     assert main(["bench", str(plan_path), "--batch", "0,2"]) == 2
     assert "--batch '0,2'" in capsys.readouterr().err
+    assert main(["bench", str(plan_path), "--at-profile-context"]) == 2
+    assert "goes with --batch" in capsys.readouterr().err
+
+
+def test_bench_batch_at_the_profile_context(ngram_plan, capsys, tmp_path):
+    """Every prompt exactly the profile's context long, so the decode runs where T(n, b) was measured."""
+    from specplan.cli.bench_batched import at_profile_context
+    from specplan.core.profile import load_profile
+
+    plan_path, prompts_path = ngram_plan
+    profile = load_profile(plan_path.parent / "profile.yaml")
+    rows, context = at_profile_context([[1, 2, 3], [4, 5]], profile)
+    assert context == profile.target.latency[0].context and [len(row) for row in rows] == [context] * 2
+    assert rows[0][-3:] == [1, 2, 3] and rows[1][-2:] == [4, 5]  # each prompt ends its row
+    capsys.readouterr()
+    assert main(["bench", str(plan_path), "--batch", "2", "--prompts", str(prompts_path), "--limit", "2",
+                 "--max-new-tokens", "4", "--at-profile-context", "--report", str(tmp_path / "out"), "--force"]) == 0
+    document = json.loads((tmp_path / "out" / "batched.json").read_text())
+    assert document["prompt_tokens"] == context
 
 
 def test_the_schedule_row_for_the_batch_is_what_runs(ngram_plan, capsys):
