@@ -75,12 +75,14 @@ class _PrefillClock(LogitsProcessor):
         return scores
 
 
-def generate_decoder(runner: PlanRunner) -> Decoder:
-    """transformers ``generate`` (greedy) over the batch, left-padded, stopping each row at EOS."""
+def generate_decoder(runner: PlanRunner, stop_at_eos: bool = True) -> Decoder:
+    """transformers ``generate`` (greedy) over the batch, left-padded, stopping each row at EOS
+    (``stop_at_eos`` False: at ``max_new_tokens`` only; its EOS becomes an id no token has)."""
     model, device = runner.target.model, runner.device
-    stop = sorted(eos_ids(runner.target))
+    eos = sorted(eos_ids(runner.target))
+    stop = eos if stop_at_eos else []
     pad = runner.target.tokenizer.pad_token_id
-    pad = stop[0] if pad is None else pad
+    pad = eos[0] if pad is None else pad
 
     @torch.inference_mode()
     def decode(prompts: list[list[int]], max_new_tokens: int):
@@ -90,7 +92,7 @@ def generate_decoder(runner: PlanRunner) -> Decoder:
         clock = _PrefillClock(device)
         start = now(device)
         output = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                                eos_token_id=stop or None, pad_token_id=pad, logits_processor=LogitsProcessorList([clock]))
+                                eos_token_id=stop or [model.config.vocab_size], pad_token_id=pad, logits_processor=LogitsProcessorList([clock]))
         seconds = now(device) - start
         prefill = seconds if clock.first is None else clock.first - start
         return [_until_eos(row[width:].tolist(), set(stop)) for row in output], seconds, prefill
@@ -104,14 +106,15 @@ def _until_eos(tokens: list[int], stop: set[int]) -> tuple[int, ...]:
     return tuple(tokens)
 
 
-def _engine(runner: PlanRunner, batch: int, stages, built: dict):
+def _engine(runner: PlanRunner, batch: int, stages, built: dict, stop_at_eos: bool = True):
     """The batched engine of ``stages``, built once per run (a model drafter loads once)."""
     if stages not in built:
-        built[stages] = build_batched_engine(runner, batch, stages)
+        built[stages] = build_batched_engine(runner, batch, stages, stop_at_eos)
     return built[stages]
 
 
-def _methods(runner: PlanRunner, batch: int, built: dict) -> dict[str, tuple[str, Decoder | None, float | None]]:
+def _methods(runner: PlanRunner, batch: int, built: dict,
+             stop_at_eos: bool = True) -> dict[str, tuple[str, Decoder | None, float | None]]:
     """name -> (configuration, decoder or None when it cannot run batched, predicted tokens/s)."""
     plan = runner.plan
     row = plan.schedule.row_for(batch) if plan.schedule is not None else None
@@ -122,24 +125,25 @@ def _methods(runner: PlanRunner, batch: int, built: dict) -> dict[str, tuple[str
                                     ("plan", tuple(plan.stages), row.plan_tokens_per_s if exact else None)):
         try:
             check_batchable(stages, plan)
-            decoder = engine_decoder(_engine(runner, batch, stages, built))
+            decoder = engine_decoder(_engine(runner, batch, stages, built, stop_at_eos))
         except PlanError as error:  # a tree, a hierarchy, a draft head: reported as not run, with the reason
             methods[name] = (f"{describe(stages, plan.target)}: not run ({error})", None, predicted)
             continue
         methods[name] = (describe(stages, plan.target), decoder, predicted)
     plain = row.plain_tokens_per_s if exact else None
     methods["plain-runtime"] = (describe((), plan.target) + " (batched runtime)",
-                                engine_decoder(_engine(runner, batch, (), built)), plain)
-    methods["plain"] = ("transformers generate, left padding", generate_decoder(runner), plain)
+                                engine_decoder(_engine(runner, batch, (), built, stop_at_eos)), plain)
+    methods["plain"] = ("transformers generate, left padding", generate_decoder(runner, stop_at_eos), plain)
     return methods
 
 
 def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, max_new_tokens: int,
-                  repeats: int, built: dict | None = None) -> list[BatchPoint]:
+                  repeats: int, built: dict | None = None, stop_at_eos: bool = True) -> list[BatchPoint]:
     """Every method at ``batch`` on the first ``batch`` prompts (cycled when there are fewer);
-    ``built`` keeps engines between batch sizes."""
+    ``built`` keeps engines between batch sizes; ``stop_at_eos`` False: every sequence decodes
+    ``max_new_tokens`` (a fixed-length throughput measurement)."""
     chosen = [list(prompts[index % len(prompts)]) for index in range(batch)]
-    methods = _methods(runner, batch, {} if built is None else built)
+    methods = _methods(runner, batch, {} if built is None else built, stop_at_eos)
     runnable = [name for name, (_, decoder, _) in methods.items() if decoder is not None]
     for name in runnable:  # warm-up: allocator, kernels, caches
         methods[name][1](chosen, min(8, max_new_tokens))
@@ -198,11 +202,12 @@ def table(points: Sequence[BatchPoint]) -> str:
 
 
 def measure_batches(runner: PlanRunner, prompts: Sequence[list[int]], batches: Sequence[int], max_new_tokens: int,
-                    repeats: int, progress: Callable[[str], None] | None = None) -> list[BatchPoint]:
+                    repeats: int, progress: Callable[[str], None] | None = None,
+                    stop_at_eos: bool = True) -> list[BatchPoint]:
     """:func:`measure_batch` at every batch size, in order."""
     points, built = [], {}
     for batch in batches:
-        points.extend(measure_batch(runner, prompts, batch, max_new_tokens, repeats, built))
+        points.extend(measure_batch(runner, prompts, batch, max_new_tokens, repeats, built, stop_at_eos))
         if progress is not None:
             progress(f"batch {batch} measured")
     return points

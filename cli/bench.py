@@ -41,7 +41,8 @@ def add_parser(commands) -> None:
                              "plain decoding batched) beside the schedule's prediction")
     parser.add_argument("--at-profile-context", action="store_true",
                         help="with --batch: make every prompt exactly as long as the context the schedule was "
-                             "profiled at (the prompts before it fill the rest), so measured and predicted compare")
+                             "profiled at (the prompts before it fill the rest) and decode every sequence to "
+                             "--max-new-tokens (EOS does not stop it), so measured and predicted compare")
     parser.add_argument("--engine", default=None, choices=["llama.cpp", "transformers"],
                         help="instead: the plan exported for this engine, run in it (llama-cpp-python, or transformers' "
                              "generate) against its plain decoding on the same prompts, measured beside the export's "

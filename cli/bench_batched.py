@@ -42,7 +42,8 @@ def bench_batched(args) -> int:
     if args.at_profile_context:
         encoded, context = at_profile_context(encoded, profile)
     points = measure_batches(runner, encoded, batches, args.max_new_tokens, REPEATS,
-                             lambda line: print(f"specplan: {line}", file=sys.stderr, flush=True))
+                             lambda line: print(f"specplan: {line}", file=sys.stderr, flush=True),
+                             stop_at_eos=context is None)  # at the profile's context: fixed-length decodes
     meta = {"plan": str(args.plan), "device": str(runner.device), "max_new_tokens": args.max_new_tokens,
             "repeats": REPEATS, "prompts": len(encoded), "prompt_tokens": context}
     text, document = report(points, plan, meta)

@@ -76,15 +76,17 @@ def check_batchable(stages: tuple[Stage, ...], plan: Plan) -> None:
                         "`specplan plan --batched`")
 
 
-def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ...] | None = None) -> BatchedEngine:
-    """The batched engine of ``stages`` (default: :func:`stages_at`) on the runner's loaded target."""
+def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ...] | None = None,
+                         stop_at_eos: bool = True) -> BatchedEngine:
+    """The batched engine of ``stages`` (default: :func:`stages_at`) on the runner's loaded target
+    (``stop_at_eos`` False: every sequence decodes its whole budget, as a throughput measurement wants)."""
     plan, target = runner.plan, runner.target
     if stages is None:
         stages, _ = stages_at(plan, batch)
     stages = as_sequences(stages)
     check_batchable(stages, plan)
     check_stages(plan, runner.profile)
-    stop = eos_ids(target)
+    stop = eos_ids(target) if stop_at_eos else set()
     pad = pad_id(target)
     if not stages:
         return BatchedEngine(target.model, runner.device, stop, pad_id=int(pad))

@@ -155,6 +155,8 @@ def test_bench_batch_at_the_profile_context(ngram_plan, capsys, tmp_path):
                  "--max-new-tokens", "4", "--at-profile-context", "--report", str(tmp_path / "out"), "--force"]) == 0
     document = json.loads((tmp_path / "out" / "batched.json").read_text())
     assert document["prompt_tokens"] == context
+    # EOS does not stop a sequence there: every method commits the whole budget of every sequence
+    assert all(point["new_tokens"] == 4 * point["batch"] for point in document["points"])
 
 
 def test_the_schedule_row_for_the_batch_is_what_runs(ngram_plan, capsys):
