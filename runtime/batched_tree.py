@@ -25,12 +25,11 @@ import torch
 
 from specplan.runtime.batched import BatchedEngine, _Sequence
 from specplan.runtime.batched_cache import COMPACT_HOLES, BatchedKV
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.batched_drafters import GREEDY
+from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.retrieval_tree import RetrievalTreeDrafter
 from specplan.runtime.tree import DraftTree
 from specplan.runtime.verify import verify_greedy
-
-GREEDY = SamplingConfig()
 
 
 class PerSequenceTreeDrafters:
