@@ -105,15 +105,15 @@ class BatchedKV:
         (:meth:`~specplan.runtime.tree.DraftTree.attention_mask`, the same convention at batch 1).
         """
         past = self.slots
-        allowed = torch.zeros((self.batch, width, past + width), dtype=torch.bool)
-        allowed[:, :, :past] = self.mask.bool().cpu().unsqueeze(1)
-        allowed[:, :, past:] = torch.eye(width, dtype=torch.bool)
+        allowed = torch.zeros((self.batch, width, past + width), dtype=torch.bool, device=self.device)
+        allowed[:, :, :past] = self.mask.bool().unsqueeze(1)  # on the device: no copy of the cache's mask
+        allowed[:, :, past:] = torch.eye(width, dtype=torch.bool, device=self.device)
         for index, tree in enumerate(trees):
             nodes = tree.num_nodes
-            allowed[index, :nodes, past: past + nodes] = tree.ancestor_mask()
+            allowed[index, :nodes, past: past + nodes] = tree.ancestor_mask().to(self.device)
         dtype = next(self.model.parameters()).dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask.unsqueeze(1).to(self.device)
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        return mask.masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
 
     def keep(self, counts: Sequence[int]) -> None:
         """After a forward, sequence ``i`` keeps only the first ``counts[i]`` of its new slots (the
