@@ -17,6 +17,7 @@ from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts
 from specplan.core.workloads import WORKLOADS, workload_split
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
+MIN_CONTEXT, MAX_CONTEXT = 16, 32768  # cached tokens a latency measurement may sit on
 
 
 def add_parser(commands) -> None:
@@ -51,6 +52,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="with --engine: the engine's CPU threads (default: every core, as llama-server; on a "
                              "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
+    parser.add_argument("--context", type=int, default=None, metavar="TOKENS",
+                        help="cached tokens under each latency measurement (default 256): set it near your "
+                             "prompts' length plus half the output, since a batch's attention over its cache is "
+                             "a large share of a small model's forward")
     add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
                                    "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "
                                    "`specplan plan` then writes a schedule per batch size")
@@ -85,6 +90,9 @@ def check_outputs(args) -> Path | None:
 
 
 def command(args) -> int:
+    if args.context is not None and (args.engine or args.latency_only or args.arch or args.acceptance_from):
+        raise SpecplanError("--context applies to a full profile; drop it with --engine, --latency-only, --arch "
+                            "or --acceptance-from")
     if args.engine:
         from specplan.cli.profile_engine import engine_profile_command
 
@@ -105,6 +113,8 @@ def command(args) -> int:
     quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (README, "4-bit targets")
     if args.limit is not None and args.limit < 1:
         raise SpecplanError("--limit must be at least 1")
+    if args.context is not None and not MIN_CONTEXT <= args.context <= MAX_CONTEXT:
+        raise SpecplanError(f"--context {args.context} is out of range; use {MIN_CONTEXT} to {MAX_CONTEXT} cached tokens")
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
     prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else (
         profile_prompts(limit) if args.workload == "spec-bench" else stratified(workload_split(args.workload, "calibration"), limit))
@@ -117,6 +127,8 @@ def command(args) -> int:
     device = pick_device(args.device)
     settings = ProfileSettings.quick() if args.quick else ProfileSettings()
     settings = replace(settings, runtime=runtime_of(args), batch_sizes=batch_sizes)
+    if args.context is not None:
+        settings = replace(settings, context=args.context)
     if args.prompts:
         settings = replace(settings, prompts_label=str(args.prompts))
     elif args.workload != "spec-bench":

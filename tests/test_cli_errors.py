@@ -41,6 +41,15 @@ def test_unknown_drafter_spec(capsys):
     assert_one_line_error(code, err, "unknown drafter spec")
 
 
+@pytest.mark.parametrize("argv, fragment", [
+    (["profile", "--context", "8"], "--context 8 is out of range"),
+    (["profile", "--context", "64", "--latency-only"], "--context applies to a full profile"),
+])
+def test_bad_profile_context(argv, fragment, capsys, tmp_path):
+    code, err = run_cli([*argv, "-o", str(tmp_path / "p.yaml")], capsys)
+    assert_one_line_error(code, err, fragment)
+
+
 def test_unknown_option_is_one_line(capsys):
     code = None
     with pytest.raises(SystemExit) as exit_info:

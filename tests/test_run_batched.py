@@ -33,6 +33,17 @@ def ngram_plan(tmp_path_factory, tiny_model_dir):
     return plan_path, prompts_path
 
 
+def test_profile_context_sets_where_the_curves_are_measured(tmp_path, tiny_model_dir):
+    from specplan.core.profile import load_profile
+
+    path = tmp_path / "profile.yaml"
+    assert main(["profile", "--target", tiny_model_dir, "--drafter", "ngram:3", "--quick", "--limit", "1",
+                 "--dtype", "float32", "--device", "cpu", "--context", "48", "--batch-sizes", "1,2", "--no-plan",
+                 "-o", str(path)]) == 0
+    curves = load_profile(path).target.latency
+    assert {curve.batch for curve in curves} == {1, 2} and {curve.context for curve in curves} == {48}
+
+
 def test_run_batch_is_identical_per_prompt(ngram_plan, capsys):
     plan_path, prompts_path = ngram_plan
     capsys.readouterr()
