@@ -10,7 +10,9 @@ alone (the tokens after each sequence's first, over the seconds after the prompt
 schedule predicts the decode, at its profile's context, so the decode-only figure is the one to
 hold against the prediction; the whole-batch one is what a user waits for. Identity: each
 method's outputs against the batched runtime's plain decoding, sequence by sequence (exact in
-float32; 16-bit batched kernels may part at near-ties).
+float32); an output that parts is counted as a near-tie where the target's top-2 logit gap at the
+first differing place is below ``NEAR_TIE`` (runtime/lossless.py: 16-bit batched kernels sum in
+another order, so two correct decoders may part there).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from specplan.core.errors import PlanError
 from specplan.runtime.batched import decode_rate
 from specplan.runtime.batched_build import build_batched_engine, check_batchable, describe, stages_at
 from specplan.runtime.build import eos_ids
+from specplan.runtime.lossless import NEAR_TIE, check_lossless, divergence_gap
 from specplan.runtime.runner import PlanRunner
 from specplan.runtime.timing import now
 
@@ -42,13 +45,14 @@ class BatchPoint:
     new_tokens: int
     identical: int  # sequences token-identical to plain-runtime's
     decode_tokens_per_s: float = 0.0  # median over repeats, the decode alone (prefill apart)
+    near_ties: int = 0  # of the others, those that first part where the target's top-2 gap is < NEAR_TIE
 
     def as_record(self) -> dict:
         return {"batch": self.batch, "method": self.method, "configuration": self.configuration,
                 "tokens_per_s": round(self.tokens_per_s, 3), "decode_tokens_per_s": round(self.decode_tokens_per_s, 3),
                 "new_tokens": self.new_tokens,
                 "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None
-                else round(self.predicted_tokens_per_s, 3), "identical": self.identical}
+                else round(self.predicted_tokens_per_s, 3), "identical": self.identical, "near_ties": self.near_ties}
 
 
 # A decoder: prompts -> (outputs per prompt, whole-batch seconds, the prefill's seconds among them)
@@ -159,15 +163,30 @@ def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, 
             decode_rates[name].append(decode_rate(committed, len(tokens), seconds, prefill))
             outputs[name] = tokens
     reference = outputs["plain-runtime"]
+    near_tie = _near_tie_rule(runner, chosen, reference)
     points = []
     for name, (configuration, decoder, predicted) in methods.items():
         if decoder is None:
             points.append(BatchPoint(batch, name, configuration, 0.0, predicted, 0, 0))
             continue
-        same = sum(a == b for a, b in zip(outputs[name], reference))
+        checks = [check_lossless(base, output) for base, output in zip(reference, outputs[name])]
         points.append(BatchPoint(batch, name, configuration, statistics.median(rates[name]), predicted,
-                                 sum(len(t) for t in outputs[name]), same, statistics.median(decode_rates[name])))
+                                 sum(len(t) for t in outputs[name]), sum(check.identical for check in checks),
+                                 statistics.median(decode_rates[name]),
+                                 sum(near_tie(row, check.index) for row, check in enumerate(checks) if not check.identical)))
     return points
+
+
+def _near_tie_rule(runner: PlanRunner, prompts: list[list[int]], reference: list[tuple[int, ...]]):
+    """(sequence, position) -> whether the target's top-2 logit gap after the reference's prefix there
+    is a near-tie (runtime/lossless.py; one full forward per place, each place once)."""
+    gaps: dict[tuple[int, int], float] = {}
+
+    def near_tie(row: int, position: int) -> bool:
+        if (row, position) not in gaps:
+            gaps[row, position] = divergence_gap(runner.target.model, prompts[row], reference[row], position)
+        return gaps[row, position] < NEAR_TIE
+    return near_tie
 
 
 PLAIN_METHODS = ("plain", "plain-runtime")
@@ -196,8 +215,9 @@ def table(points: Sequence[BatchPoint]) -> str:
              "identical |", "|---|---|---|---|---|---|---|"]
     for p in points:
         predicted = "-" if p.predicted_tokens_per_s is None else f"{p.predicted_tokens_per_s:.1f}"
+        ties = f" (+{p.near_ties} near-tie{'s' if p.near_ties > 1 else ''})" if p.near_ties else ""
         lines.append(f"| {p.batch} | {p.method} | {p.configuration} | {p.tokens_per_s:.1f} | "
-                     f"{p.decode_tokens_per_s:.1f} | {predicted} | {p.identical}/{p.batch} |")
+                     f"{p.decode_tokens_per_s:.1f} | {predicted} | {p.identical}/{p.batch}{ties} |")
     return "\n".join(lines)
 
 

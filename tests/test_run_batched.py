@@ -132,6 +132,39 @@ def test_batched_bench_measures_every_method_at_every_batch(ngram_plan):
     assert crossover(points) in (None, 1, 2, 4)
 
 
+@pytest.mark.parametrize("threshold", [0.0, 1e9])
+def test_a_parting_output_is_named_a_near_tie_by_the_targets_gap(ngram_plan, monkeypatch, threshold):
+    """A decoder whose first sequence parts at its third token: counted as not identical, and as a
+    near-tie exactly when the target's top-2 gap there is below NEAR_TIE (set here to 0 and to 1e9)."""
+    from specplan.api import Runner
+    from specplan.bench import batched
+
+    plan_path, _ = ngram_plan
+    runner = Runner.open(plan_path, force=True).plan_runner
+    prompts = [runner.check_prompt(Prompt("p", "p", text), 6) for text in PROMPTS[:2]]
+    original = batched.engine_decoder
+
+    def parting(engine):
+        decode = original(engine)
+
+        def run(chosen, max_new_tokens):
+            outputs, seconds, prefill = decode(chosen, max_new_tokens)
+            if engine.name != "target":  # the speculative stages: their first sequence parts at token 2
+                first = list(outputs[0])
+                first[2] = (first[2] + 1) % 100
+                outputs = [tuple(first), *outputs[1:]]
+            return outputs, seconds, prefill
+        return run
+
+    monkeypatch.setattr(batched, "engine_decoder", parting)
+    monkeypatch.setattr(batched, "NEAR_TIE", threshold)
+    points = {p.method: p for p in batched.measure_batch(runner, prompts, 2, 6, repeats=1)}
+    assert points["plain-runtime"].identical == 2 and points["plain-runtime"].near_ties == 0
+    assert points["schedule"].identical == 1
+    assert points["schedule"].near_ties == (1 if threshold > 1 else 0)
+    assert ("(+1 near-tie)" in batched.table(list(points.values()))) == (threshold > 1)
+
+
 def test_bench_batch_writes_the_table_and_the_crossover(ngram_plan, capsys, tmp_path):
     plan_path, prompts_path = ngram_plan
     capsys.readouterr()
