@@ -23,6 +23,7 @@ from specplan.runtime.batched_tree import BatchedTreeEngine, PerSequenceTreeDraf
 from specplan.runtime.build import (
     build_drafter, build_tree_drafter, check_stages, drafter_source, eos_ids, pad_id, tree_shape,
 )
+from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.runner import PlanRunner
 
@@ -92,7 +93,7 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
         return BatchedEngine(target.model, runner.device, stop, pad_id=int(pad))
     stage = stages[0]
     spec = parse_drafter_spec(drafter_source(runner.profile, stage.drafter))
-    if stage.shape.kind == "tree":
+    if stage.shape.kind == "tree" or spec.kind in ("recycle", "cache"):  # a table's chain is its rank-0 tree
         return _tree_engine(runner, stage, spec, stop, int(pad))
     if spec.kind == "ngram":
         drafter = PerSequenceDrafters(lambda: NgramDrafter(int(spec.argument)))
@@ -106,11 +107,16 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
 
 
 def _tree_engine(runner: PlanRunner, stage: Stage, spec, stop: set[int], pad: int) -> BatchedTreeEngine:
-    """A tree stage: a retrieval drafter per sequence grows the stage's tree (runtime/batched_tree.py)."""
+    """A tree stage: a retrieval drafter per sequence grows the stage's tree (runtime/batched_tree.py).
+    A sequence stage of ``gamma`` grows the chain of ``gamma`` nodes (the drafter's rank-0 chain),
+    so a recycling table learns from its sequence's verifier rows there too."""
     if not spec.is_retrieval:
         raise PlanError(f"the batched runtime grows trees from retrieval drafters (ngram:N, recycle, cache), not "
                         f"{spec.source!r} ({stage.drafter}); run it with --batch 1, or re-plan with "
                         "`specplan plan --batched`")
-    shape = tree_shape(stage.shape)
+    if stage.shape.kind == "sequence":
+        shape = TreeShape(parents=tuple(range(-1, stage.shape.gamma)))  # node i's parent is node i - 1
+    else:
+        shape = tree_shape(stage.shape)
     drafters = PerSequenceTreeDrafters(lambda: build_tree_drafter(spec, runner.target, runner.device), shape)
     return BatchedTreeEngine(runner.target.model, runner.device, stop, drafters, shape.max_depth, pad, stage.drafter)

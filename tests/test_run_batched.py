@@ -21,8 +21,8 @@ def ngram_plan(tmp_path_factory, tiny_model_dir):
     """A profiled tiny model whose plan is hand-set to ngram-3 -> target (sequence gamma 3)."""
     folder = tmp_path_factory.mktemp("batched")
     profile_path = folder / "profile.yaml"
-    assert main(["profile", "--target", tiny_model_dir, "--drafter", "ngram:3", "--quick", "--limit", "2", "--dtype", "float32", "--device", "cpu",
-                 "-o", str(profile_path)]) == 0
+    assert main(["profile", "--target", tiny_model_dir, "--drafter", "ngram:3", "--drafter", "recycle", "--quick", "--limit",
+                 "2", "--dtype", "float32", "--device", "cpu", "-o", str(profile_path)]) == 0
     plan_path = folder / "plan.yaml"
     document = yaml.safe_load(plan_path.read_text())
     document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "sequence", "gamma": 3}}]
@@ -97,6 +97,25 @@ def test_a_tree_plan_runs_batched_and_a_hierarchy_is_refused_in_one_line(ngram_p
     assert main(["run", str(tree_path), "--prompt", "Hi", "--batch", "2", "--force"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("shape, configuration", [
+    ({"kind": "sequence", "gamma": 3}, "recycle -> target (sequence gamma 3)"),
+    ({"kind": "tree", "parents": [-1, 0]}, "recycle -> target (sequence gamma 1)"),  # a chain tree is its sequence
+])
+def test_a_recycling_sequence_runs_batched_as_its_chain_tree(ngram_plan, capsys, shape, configuration):
+    """A table drafter's sequence stage runs as the rank-0 chain tree (its table learns from the verifier)."""
+    plan_path, prompts_path = ngram_plan
+    document = yaml.safe_load(plan_path.read_text())
+    document["stages"] = [{"drafter": "recycle", "verifier": "target", "shape": shape}]
+    recycle_path = plan_path.parent / "recycle.yaml"
+    recycle_path.write_text(yaml.safe_dump(document, sort_keys=False))
+    capsys.readouterr()
+    assert main(["run", str(recycle_path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
+                 "--json", "--compare-plain", "--force"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert all(record["identical_to_plain"] for record in records)
+    assert records[0]["configuration"] == configuration
 
 
 def test_a_chain_tree_runs_as_its_sequence(ngram_plan, capsys):
