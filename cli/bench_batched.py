@@ -60,10 +60,8 @@ def at_profile_context(encoded: list[list[int]], profile) -> tuple[list[list[int
     """Every prompt made exactly as long as the target's first latency curve's context (the one
     the schedule is solved at): the prompts before it fill the rest, a longer prompt keeps its
     last tokens (:func:`specplan.profiler.batch_overhead.batch_prompts`, the profiler's own rule)."""
-    from specplan.profiler.batch_overhead import batch_prompts
+    from specplan.profiler.batch_overhead import batch_prompts, repeated_to
 
     context = profile.target.latency[0].context
-    filler = [token for ids in encoded for token in ids]
-    while len(filler) < context:
-        filler = filler + filler
-    return batch_prompts(filler[:context], encoded, len(encoded)), context
+    filler = repeated_to([token for ids in encoded for token in ids], context)
+    return batch_prompts(filler, encoded, len(encoded)), context

@@ -31,6 +31,18 @@ GAMMAS = (0, 1, 2, 4)  # plain decoding, then n-gram sequence stages of these dr
 NEW_TOKENS = 24  # per sequence and run
 
 
+def repeated_to(ids: Sequence[int], length: int) -> list[int]:
+    """``ids`` repeated until at least ``length`` long, cut to ``length`` (the latency context's rule).
+
+    >>> repeated_to([1, 2, 3], 7)
+    [1, 2, 3, 1, 2, 3, 1]
+    """
+    ids = list(ids)
+    while ids and len(ids) < length:
+        ids = ids + ids
+    return ids[:length]
+
+
 def batch_prompts(context_ids: Sequence[int], prompts: Sequence[Sequence[int]], batch: int) -> list[list[int]]:
     """``batch`` prompts of exactly ``len(context_ids)`` tokens: each calibration prompt (cycled)
     after as much of the shared context as fills it, so that the rows differ where they decode.

@@ -36,7 +36,7 @@ from specplan.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
-from specplan.profiler.batch_overhead import measure_batch_overhead
+from specplan.profiler.batch_overhead import measure_batch_overhead, repeated_to
 from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
 from specplan.core.yamlio import read_document
@@ -66,9 +66,7 @@ def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> 
         ids.extend(encode_prompt(target.tokenizer, prompt.text))
         if len(ids) >= length:
             break
-    while len(ids) < length:
-        ids = ids + ids
-    return ids[:length]
+    return repeated_to(ids, length)
 
 
 def _target_outputs(target: LoadedModel, prompts: list[Prompt], device: torch.device,

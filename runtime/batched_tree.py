@@ -25,27 +25,19 @@ import torch
 
 from specplan.runtime.batched import BatchedEngine, _Sequence
 from specplan.runtime.batched_cache import COMPACT_HOLES, BatchedKV
-from specplan.runtime.batched_drafters import GREEDY
+from specplan.runtime.batched_drafters import GREEDY, PerSequenceDrafters
 from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.retrieval_tree import RetrievalTreeDrafter
 from specplan.runtime.tree import DraftTree
 from specplan.runtime.verify import verify_greedy
 
 
-class PerSequenceTreeDrafters:
+class PerSequenceTreeDrafters(PerSequenceDrafters):
     """A fresh retrieval tree drafter per sequence (``factory()``), each growing ``shape`` over its own text."""
 
     def __init__(self, factory: Callable[[], RetrievalTreeDrafter], shape: TreeShape):
-        self.factory = factory
+        super().__init__(factory)
         self.shape = shape
-        self.name = factory().name
-        self.drafters: list[RetrievalTreeDrafter] = []
-        self.generator = torch.Generator().manual_seed(0)
-
-    def reset(self, batch: int) -> None:
-        self.drafters = [self.factory() for _ in range(batch)]
-        for drafter in self.drafters:
-            drafter.reset()
 
     def propose_trees(self, committed: Sequence[list[int]], depths: Sequence[int]) -> list[DraftTree]:
         """Sequence ``i``'s tree, its nodes at most ``depths[i]`` deep (0: the root alone)."""
@@ -61,9 +53,6 @@ class PerSequenceTreeDrafters:
         drafter = self.drafters[index]
         if drafter.learns_from_verifier:
             drafter.observe(list(tokens), logits)
-
-    def select(self, indices: Sequence[int]) -> None:
-        self.drafters = [self.drafters[index] for index in indices]
 
 
 class BatchedTreeEngine(BatchedEngine):

@@ -141,9 +141,9 @@ class DrafterScore:
 class LiveAcceptance:
     """Scores of every retrieval drafter on one request, plus model drafters' own rounds.
 
-    ``record`` is a StageRunner listener on the target's forwards; the engine calls
-    ``begin_round`` before a forward (the position of its first fed token), ``commit`` after
-    each round, and ``observe_chain`` for a model drafter's sequence round.
+    The engine reduces each target forward to its rows' top-k once and passes them to
+    ``record_top``; it calls ``begin_forward`` before a forward (the position of its first fed
+    token), ``commit`` after each round, and ``observe_chain`` for a model drafter's sequence round.
     """
 
     def __init__(self, scores: Sequence[DrafterScore], rows: dict[int, tuple[list[int], list[float]]],
@@ -171,15 +171,10 @@ class LiveAcceptance:
         """The next target forward's first fed token sits at ``first_position`` of the request."""
         self.first = first_position
 
-    def record(self, tokens: list[int], logits: torch.Tensor, parents: tuple[int, ...] | None) -> None:
-        """A target forward (listener): keep its rows' top-k until the round tells which are committed."""
-        if self.wants_rows:
-            ids, probs = top_rows(logits, ROW_TOP)
-            self.record_top(tokens, ids.tolist(), probs.tolist(), parents)
-
     def record_top(self, tokens: list[int], id_rows: list[list[int]], prob_rows: list[list[float]],
                    parents: tuple[int, ...] | None) -> None:
-        """:meth:`record` from rows already reduced to their top-k, as lists: ids [n][k], probabilities [n][k]."""
+        """A target forward (tokens [n]) as its rows' top-k, as lists: ids [n][k], probabilities [n][k];
+        kept until the round tells which rows are committed."""
         if self.wants_rows:
             self.pending.append((self.first, list(tokens), parents, id_rows, prob_rows))
         self.first += len(tokens)

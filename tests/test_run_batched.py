@@ -80,21 +80,32 @@ def test_bad_batch_flags_are_one_line_errors(ngram_plan, capsys, extra, fragment
     assert fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def with_stages(plan_path, stages: list[dict], name: str):
+    """A copy of the fixture's plan with ``stages``, written beside it as ``name``."""
+    document = yaml.safe_load(plan_path.read_text())
+    document["stages"] = stages
+    path = plan_path.parent / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def run_batched_records(path, prompts_path, capsys) -> list[dict]:
+    """``run PATH --batch 5 --compare-plain --json`` over the fixture's prompts: one record per prompt."""
+    capsys.readouterr()
+    assert main(["run", str(path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
+                 "--json", "--compare-plain", "--force"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+
 def test_a_tree_plan_runs_batched_and_a_hierarchy_is_refused_in_one_line(ngram_plan, capsys):
     plan_path, prompts_path = ngram_plan
-    document = yaml.safe_load(plan_path.read_text())
-    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 0, 1]}}]
-    tree_path = plan_path.parent / "tree.yaml"
-    tree_path.write_text(yaml.safe_dump(document, sort_keys=False))
-    capsys.readouterr()
-    assert main(["run", str(tree_path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
-                 "--json", "--compare-plain", "--force"]) == 0
-    records = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    tree = {"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 0, 1]}}
+    records = run_batched_records(with_stages(plan_path, [tree], "tree.yaml"), prompts_path, capsys)
     assert all(record["identical_to_plain"] for record in records)
     assert records[0]["configuration"] == "ngram-3 -> target (tree 4 nodes)"
-    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "sequence", "gamma": 2}}] * 2
-    tree_path.write_text(yaml.safe_dump(document, sort_keys=False))
-    assert main(["run", str(tree_path), "--prompt", "Hi", "--batch", "2", "--force"]) == 2
+    sequence = {"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "sequence", "gamma": 2}}
+    hierarchy_path = with_stages(plan_path, [sequence] * 2, "hierarchy.yaml")
+    assert main(["run", str(hierarchy_path), "--prompt", "Hi", "--batch", "2", "--force"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
@@ -106,28 +117,16 @@ def test_a_tree_plan_runs_batched_and_a_hierarchy_is_refused_in_one_line(ngram_p
 def test_a_recycling_sequence_runs_batched_as_its_chain_tree(ngram_plan, capsys, shape, configuration):
     """A table drafter's sequence stage runs as the rank-0 chain tree (its table learns from the verifier)."""
     plan_path, prompts_path = ngram_plan
-    document = yaml.safe_load(plan_path.read_text())
-    document["stages"] = [{"drafter": "recycle", "verifier": "target", "shape": shape}]
-    recycle_path = plan_path.parent / "recycle.yaml"
-    recycle_path.write_text(yaml.safe_dump(document, sort_keys=False))
-    capsys.readouterr()
-    assert main(["run", str(recycle_path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
-                 "--json", "--compare-plain", "--force"]) == 0
-    records = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    stage = {"drafter": "recycle", "verifier": "target", "shape": shape}
+    records = run_batched_records(with_stages(plan_path, [stage], "recycle.yaml"), prompts_path, capsys)
     assert all(record["identical_to_plain"] for record in records)
     assert records[0]["configuration"] == configuration
 
 
 def test_a_chain_tree_runs_as_its_sequence(ngram_plan, capsys):
     plan_path, prompts_path = ngram_plan
-    document = yaml.safe_load(plan_path.read_text())
-    document["stages"] = [{"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 1]}}]
-    chain_path = plan_path.parent / "chain.yaml"
-    chain_path.write_text(yaml.safe_dump(document, sort_keys=False))
-    capsys.readouterr()
-    assert main(["run", str(chain_path), "--prompts", str(prompts_path), "--batch", "5", "--max-new-tokens", "8",
-                 "--json", "--compare-plain", "--force"]) == 0
-    records = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    chain = {"drafter": "ngram-3", "verifier": "target", "shape": {"kind": "tree", "parents": [-1, 0, 1]}}
+    records = run_batched_records(with_stages(plan_path, [chain], "chain.yaml"), prompts_path, capsys)
     assert all(record["identical_to_plain"] for record in records)
     assert records[0]["configuration"] == "ngram-3 -> target (sequence gamma 2)"
 
