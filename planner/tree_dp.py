@@ -280,6 +280,8 @@ def choose_tree(
             if not math.isfinite(value) or value <= previous * (1 + RELATIVE_GAIN):
                 continue
             previous = value
+            if best is not None and verify / value >= best[0]:
+                continue  # drafting costs >= 0 ms: this tree cannot be cheaper (its shape is not walked)
             tree_depth, width = _tree_shape(table, budget, depth)
             draft = tree_depth * draft_ms(max(width, 1))
             cost = (draft + verify) / value

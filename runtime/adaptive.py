@@ -35,6 +35,14 @@ from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
 
+# The live scores are brought up to date every SCORE_EVERY rounds (and before any re-plan or forced
+# switch), so that the forwards' rows are reduced in one top-k call and the replays run in one go:
+# the posterior the re-plan trigger watches is then at most SCORE_EVERY - 1 rounds old
+# (docs/planner-math.md section 12.2). A forward of more than UNREAD_ROWS tokens (a prefill) is
+# read at once rather than held.
+SCORE_EVERY = 4
+UNREAD_ROWS = 32
+
 # A switching rule for tests and measurements: (round index, committed tokens) -> candidate index
 # to play the round with, or None to keep the re-planner's choice.
 Policy = Callable[[int, list[int]], "int | None"]
@@ -131,6 +139,8 @@ class AdaptiveEngine:
         self.wired: set[int] = set()
         self.scored = sorted({c.stages[-1].drafter for c in settings.candidates if c.stages} | set(live.scores))
         self.alpha_memo: dict[tuple, float] = {}
+        # forwards not yet reduced: (Token Recycling learners, first position, tokens, logits, parents)
+        self.unread: list[tuple[list, int, list[int], torch.Tensor, tuple[int, ...] | None]] = []
         self.observe_seconds = 0.0  # spent reading target forwards for the scores, over all requests
 
     def entries(self) -> dict:
@@ -167,29 +177,45 @@ class AdaptiveEngine:
         return runner
 
     def _observe(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
-        """One target forward, reduced once to its rows' top-k, for the live scores and for the
-        Token Recycling tables of the candidates not playing this round (timed as scoring overhead,
-        on the host clock: no device synchronisation is added to the forward it follows)."""
+        """One target forward: a learner that is not a Token Recycling table learns now (e.g. a
+        graft); the rows the live scores and the tables need are kept, unread, until :meth:`read`
+        (timed as scoring overhead, on the host clock: no device synchronisation is added)."""
         begin = time.perf_counter()
-        self._learn(learners, tokens, logits, parents)
-        self.observe_seconds += time.perf_counter() - begin
-
-    def _learn(self, learners: list, tokens: list[int], logits: torch.Tensor, parents) -> None:
         tables = [learner for learner in learners if isinstance(learner, RecycleDrafter)]
         for learner in learners:
             if not isinstance(learner, RecycleDrafter):
-                learner.observe(tokens, logits)  # e.g. a graft: its own way of learning
-        if not tables and not self.live.wants_rows:
-            self.live.record_top(tokens, [], [], parents)  # keeps positions in step
-            return
-        count = max([ROW_TOP] + [learner.top_k for learner in tables])
-        normalized = any(id(learner) in self.weighted for learner in tables)  # else ranks are all anyone reads
-        # one top-k call per forward (its cost is mostly per call: 1 and 3 rows cost about the same)
-        ids, probs = top_rows(logits, count, normalized)  # [n, count] each
+                learner.observe(tokens, logits)
+        first = self.live.claim(len(tokens))  # keeps positions in step
+        if tables or self.live.wants_rows:
+            self.unread.append((tables, first, list(tokens), logits, parents))
+        self.observe_seconds += time.perf_counter() - begin
+        if len(tokens) > UNREAD_ROWS:
+            self.read()  # a prefill: its rows are too many to hold
+
+    def read(self) -> float:
+        """Reduce every unread forward to its rows' top-k in one call, for the live scores and the
+        Token Recycling tables of the candidates that were not playing them; returns the seconds
+        spent (also added to ``observe_seconds``)."""
+        if not self.unread:
+            return 0.0
+        begin = time.perf_counter()
+        unread, self.unread = self.unread, []
+        count = max([ROW_TOP] + [learner.top_k for tables, *_ in unread for learner in tables])
+        # probabilities only for a best-first tree's table, else ranks are all anyone reads
+        normalized = any(id(learner) in self.weighted for tables, *_ in unread for learner in tables)
+        logits = unread[0][3] if len(unread) == 1 else torch.cat([forward[3] for forward in unread])
+        ids, probs = top_rows(logits, count, normalized)  # [rows, count] each
         id_rows, prob_rows = ids.tolist(), probs.tolist()  # converted once for every reader
-        self.live.record_top(tokens, id_rows, prob_rows, parents)
-        for learner in tables:
-            learner.table.update_top(tokens, id_rows, prob_rows)
+        row = 0
+        for tables, first, tokens, _, parents in unread:
+            ids_here, probs_here = id_rows[row: row + len(tokens)], prob_rows[row: row + len(tokens)]
+            row += len(tokens)
+            self.live.record_top(first, tokens, ids_here, probs_here, parents)
+            for learner in tables:
+                learner.table.update_top(tokens, ids_here, probs_here)
+        seconds = time.perf_counter() - begin
+        self.observe_seconds += seconds
+        return seconds
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  on_commit: Callable[[list[int]], None] | None = None) -> AdaptiveResult:
@@ -223,6 +249,7 @@ class _Loop:
         self.start = now(engine.device)
         engine.target.reset()
         engine.drafter.reset()
+        engine.unread = []  # the last request's final round: nobody reads it
         engine.live.reset(len(prompt_ids))
         self.alphas = engine.alphas()
         engine.live.begin_forward(0)
@@ -253,17 +280,23 @@ class _Loop:
         return chunk
 
     def after_round(self) -> None:
-        """Score the committed tokens, and re-plan when the rule says so (timed as overhead)."""
+        """Every ``SCORE_EVERY`` rounds, and before a re-plan or a forced switch: read the unread
+        forwards, score the committed tokens, and re-plan when the rule says so (timed as overhead;
+        the reading apart, as ``reading_seconds``)."""
         engine = self.engine
         begin = now(engine.device)
-        engine.live.commit(self.committed)
         self.since += 1
         forced = engine.policy(len(self.per_forward), self.committed) if engine.policy is not None else None
+        if forced is None and self.since < engine.settings.every and self.since % SCORE_EVERY:
+            self.adaptive_seconds += now(engine.device) - begin
+            return
+        reading = engine.read()
+        engine.live.commit(self.committed)
         if forced is not None:
             self._switch(forced, engine.settings.candidates[forced].stages)
         elif self.since >= engine.settings.every or self._moved():
             self._replan()
-        self.adaptive_seconds += now(engine.device) - begin
+        self.adaptive_seconds += now(engine.device) - begin - reading
 
     def _moved(self) -> bool:
         rounds = self.engine.live.chain_rounds

@@ -31,6 +31,7 @@ import torch
 from specplan.planner.posterior import LiveCounts
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.recycle import RecycleDrafter
+from specplan.runtime.top_k import top_logits
 
 ROW_TOP = 8  # top-k of each target row kept for Token Recycling's table
 
@@ -47,9 +48,9 @@ def top_rows(logits: torch.Tensor, count: int, normalized: bool = True) -> tuple
     ([[1, 2]], [1.0, 0.5])
     """
     logits = logits.float()
-    top = torch.topk(logits, min(count, logits.shape[-1]), dim=-1)
-    scale = torch.logsumexp(logits, dim=-1, keepdim=True) if normalized else top.values[:, :1]
-    return top.indices, torch.exp(top.values - scale)
+    values, indices = top_logits(logits, count)
+    scale = torch.logsumexp(logits, dim=-1, keepdim=True) if normalized else values[:, :1]
+    return indices, torch.exp(values - scale)
 
 
 class _Replay:
@@ -141,9 +142,11 @@ class DrafterScore:
 class LiveAcceptance:
     """Scores of every retrieval drafter on one request, plus model drafters' own rounds.
 
-    The engine reduces each target forward to its rows' top-k once and passes them to
-    ``record_top``; it calls ``begin_forward`` before a forward (the position of its first fed
-    token), ``commit`` after each round, and ``observe_chain`` for a model drafter's sequence round.
+    The engine calls ``begin_forward`` before a round's forwards (the position of the first fed
+    token) and ``claim`` at each forward (its first position); it reduces the forwards to their
+    rows' top-k, possibly several rounds later and all at once, and passes them to ``record_top``
+    in order before ``commit``, which advances the replays over the committed tokens;
+    ``observe_chain`` records a model drafter's sequence round.
     """
 
     def __init__(self, scores: Sequence[DrafterScore], rows: dict[int, tuple[list[int], list[float]]],
@@ -171,13 +174,18 @@ class LiveAcceptance:
         """The next target forward's first fed token sits at ``first_position`` of the request."""
         self.first = first_position
 
-    def record_top(self, tokens: list[int], id_rows: list[list[int]], prob_rows: list[list[float]],
+    def claim(self, count: int) -> int:
+        """A target forward of ``count`` tokens happened: the request position of its first token."""
+        first = self.first
+        self.first += count
+        return first
+
+    def record_top(self, first: int, tokens: list[int], id_rows: list[list[int]], prob_rows: list[list[float]],
                    parents: tuple[int, ...] | None) -> None:
-        """A target forward (tokens [n]) as its rows' top-k, as lists: ids [n][k], probabilities [n][k];
-        kept until the round tells which rows are committed."""
+        """A target forward (tokens [n], the first at position ``first``) as its rows' top-k, as lists:
+        ids [n][k], probabilities [n][k]; kept until ``commit`` tells which rows are committed."""
         if self.wants_rows:
-            self.pending.append((self.first, list(tokens), parents, id_rows, prob_rows))
-        self.first += len(tokens)
+            self.pending.append((first, list(tokens), parents, id_rows, prob_rows))
 
     def commit(self, committed: list[int]) -> None:
         """Keep the rows of committed tokens from the pending forwards; advance every replay."""

@@ -96,7 +96,9 @@ class ModelSession:
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
-        """One forward over ``tokens`` appended to the cache; returns logits [len(tokens), vocab] (float32).
+        """One forward over ``tokens`` appended to the cache; returns logits [len(tokens), vocab] (float32),
+        a tensor no later forward writes (a CUDA graph's output buffers are cloned), so a reader may
+        keep it for a few rounds (the adaptive engine's live scores do).
 
         With ``tree`` (a DraftTree whose node i is ``tokens[i]``), the forward uses the tree's
         attention mask and depth-based position ids instead of a causal chain.

@@ -18,6 +18,7 @@ import torch
 
 from specplan.runtime.drafters.retrieval_tree import RetrievalTreeDrafter
 from specplan.runtime.drafters.tree_growth import Children
+from specplan.runtime.top_k import top_logits
 
 
 class SuccessorTable:
@@ -38,9 +39,9 @@ class SuccessorTable:
         if len(tokens) == 0:
             return
         logits = logits.float()
-        top = torch.topk(logits, min(self.top_k, logits.shape[-1]), dim=-1)  # [n, k]
-        probs = torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True))  # [n, k]
-        self.update_top(tokens, top.indices.tolist(), probs.tolist())
+        values, indices = top_logits(logits, self.top_k)  # [n, k]
+        probs = torch.exp(values - torch.logsumexp(logits, dim=-1, keepdim=True))  # [n, k]
+        self.update_top(tokens, indices.tolist(), probs.tolist())
 
     def update_top(self, tokens: Sequence[int], id_rows: Sequence[Sequence[int]],
                    prob_rows: Sequence[Sequence[float]]) -> None:

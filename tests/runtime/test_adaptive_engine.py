@@ -152,7 +152,8 @@ def test_live_scores_equal_the_profilers_replay_of_the_same_output(name):
     engine.eos_ids = set()
     prompt = [7, 8, 9, 7, 8, 9, 7, 8, 3, 4]
     result = engine.generate(prompt, 40, SamplingConfig())
-    engine.live.commit(prompt + list(result.token_ids))  # the engine scores between rounds: add the last one
+    engine.read()  # the engine scores between rounds: add the last one
+    engine.live.commit(prompt + list(result.token_ids))
     live = engine.live.scores[name].counts()
     counter = AcceptanceCounter(8, 8)
     tree = {"ngram-3": NgramTreeDrafter(3), "recycle": RecycleDrafter(), "cache": CacheDrafter()}[name]
@@ -211,3 +212,28 @@ def test_bench_rows_report_which_configurations_ran():
     assert [use["configuration"] for use in record["configurations"]][:2] == [
         "recycle -> target (sequence gamma 2)", "ngram-3 -> target (tree 4 nodes depth 2)"]
     assert sum(use["rounds"] for use in record["configurations"]) == measurement.target_forwards
+
+
+@pytest.mark.parametrize("score_every", [1, 3])
+def test_reading_forwards_in_batches_changes_no_score_and_no_table(monkeypatch, score_every):
+    """Forwards read every round or several at once: the same live counts and the same Token
+    Recycling table for a candidate that is not playing."""
+    from specplan.runtime import adaptive as adaptive_module
+
+    def run(every_rounds):
+        monkeypatch.setattr(adaptive_module, "SCORE_EVERY", every_rounds)
+        candidates = (CANDIDATES[1], CANDIDATES[0])  # plays the n-gram tree; recycle learns aside
+        plan = adaptive_plan(candidates, every=1000)
+        plan = replace(plan, adaptive=replace(plan.adaptive, threshold=1.0))  # no re-plan: one configuration
+        engine = build_adaptive_engine(plan, adaptive_profile(), tiny_loaded(tiny_llama("sdpa", seed=0)), CPU)
+        engine.eos_ids = set()
+        result = engine.generate(PROMPTS[0], 30, SamplingConfig())
+        assert result.replans == 0 and result.target_forwards > 8
+        engine.read()
+        engine.live.commit(PROMPTS[0] + list(result.token_ids))
+        counts = {name: engine.live.counts(name) for name in engine.live.scores}
+        return result.token_ids, counts, dict(engine.families[1].drafter.table.rows)
+
+    tokens, counts, table = run(score_every)
+    assert run(1000) == (tokens, counts, table)  # read only at the end
+    assert len(table) > len(PROMPTS[0]) // 2
