@@ -64,7 +64,10 @@ def rate(rows, method: str, category: str | None = None) -> tuple[int, float]:
     return sum(r.measurement.new_tokens for r in mine), sum(r.measurement.seconds for r in mine)
 
 
-def per_category(rows, candidates: list[str]) -> tuple[dict, dict]:
+def per_category(rows, candidates: list[str], plain_again: str | None = None) -> tuple[dict, dict]:
+    """Per category and overall: adaptive, static and oracle tok/s. ``plain_again`` (the candidate
+    that is plain decoding) gives each category's noise: the same configuration measured twice,
+    ``plain_again / plain``; the overall band is its range over the categories."""
     table, oracle_total = {}, [0, 0.0]
     for category in sorted({r.category for r in rows}):
         speeds = {}
@@ -80,12 +83,21 @@ def per_category(rows, candidates: list[str]) -> tuple[dict, dict]:
                            "plain": round(speeds["plain"], 2),
                            "adaptive_over_static": round(speeds["adaptive"] / max(speeds["candidate-0"], 1e-9), 3),
                            "adaptive_over_oracle": round(speeds["adaptive"] / max(speeds[oracle], 1e-9), 3)}
+        if plain_again is not None:
+            table[category]["plain_over_plain"] = round(speeds[plain_again] / max(speeds["plain"], 1e-9), 3)
     tokens, seconds = rate(rows, "adaptive")
     static_tokens, static_seconds = rate(rows, "candidate-0")
     overall = {"adaptive": round(tokens / seconds, 2), "static": round(static_tokens / static_seconds, 2),
                "oracle_per_category": round(oracle_total[0] / oracle_total[1], 2)}
     overall["adaptive_over_static"] = round(overall["adaptive"] / overall["static"], 3)
     overall["adaptive_over_oracle"] = round(overall["adaptive"] / overall["oracle_per_category"], 3)
+    overall["categories_at_or_above_static"] = sum(1 for line in table.values() if line["adaptive_over_static"] >= 1)
+    if plain_again is not None:
+        band = [min(line["plain_over_plain"] for line in table.values()),
+                max(line["plain_over_plain"] for line in table.values())]
+        overall["noise_band"] = band
+        overall["categories_below_static_past_noise"] = sorted(
+            category for category, line in table.items() if line["adaptive_over_static"] < band[0])
     return table, overall
 
 
@@ -139,7 +151,10 @@ def main() -> None:
     warm_up(methods, encoded[0][1], 8)
     adaptive.results.clear()
     rows = interleave(methods, encoded, args.max_new_tokens, "plain", target.model, sampling, {}, "adaptive bench")
-    table, overall = per_category(rows, names)
+    plain_again = next((name for name, c in zip(names, plan.adaptive.candidates) if not c.stages), None)
+    table, overall = per_category(rows, names, plain_again)
+    for category, line in table.items():
+        line["switches"] = sum(r.switches for (p, _), r in zip(encoded, adaptive.results) if p.category == category)
     report = {
         "settings": {"profile": args.profile, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                      "dtype": target.dtype, "threads": torch.get_num_threads(), "every": args.every},
@@ -152,11 +167,13 @@ def main() -> None:
                            for (p, _), r in zip(encoded, adaptive.results)],
     }
     print(json.dumps({k: report[k] for k in ("settings", "overall", "overhead", "identical")}, indent=1))
-    print("| category | adaptive tok/s | static | oracle (which) | adaptive/static | adaptive/oracle |")
-    print("|---|---|---|---|---|---|")
+    print("| category | adaptive tok/s | static | oracle (which) | adaptive/static | adaptive/oracle "
+          "| plain/plain (noise) | switches |")
+    print("|---|---|---|---|---|---|---|---|")
     for category, line in table.items():
         print(f"| {category} | {line['adaptive']} | {line['static']} | {line['oracle']} ({line['oracle_configuration']}) "
-              f"| {line['adaptive_over_static']} | {line['adaptive_over_oracle']} |")
+              f"| {line['adaptive_over_static']} | {line['adaptive_over_oracle']} | {line.get('plain_over_plain', '')} "
+              f"| {line['switches']} |")
     if args.json:
         report["rows"] = [{"prompt_id": r.prompt_id, "category": r.category, "method": r.method,
                            "tokens_per_s": round(r.measurement.tokens_per_s, 3), "speedup": round(r.speedup, 4),
