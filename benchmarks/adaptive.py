@@ -162,11 +162,14 @@ def main() -> None:
         "categories": table, "overall": overall, "overhead": overhead(adaptive.results),
         "identical": {m.name: sum(1 for r in rows if r.method == m.name and r.check is not None and r.check.identical)
                       for m in methods},
+        # outputs that part from plain decoding where the target's top-2 gap is below NEAR_TIE (bf16 noise)
+        "near_ties": {m.name: sum(1 for r in rows if r.method == m.name and r.check is not None and r.check.near_tie)
+                      for m in methods},
         "configurations": [{"prompt_id": p.prompt_id, "category": p.category,
                             "ran": [use.as_record() for use in r.configurations], "switches": r.switches}
                            for (p, _), r in zip(encoded, adaptive.results)],
     }
-    print(json.dumps({k: report[k] for k in ("settings", "overall", "overhead", "identical")}, indent=1))
+    print(json.dumps({k: report[k] for k in ("settings", "overall", "overhead", "identical", "near_ties")}, indent=1))
     print("| category | adaptive tok/s | static | oracle (which) | adaptive/static | adaptive/oracle "
           "| plain/plain (noise) | switches |")
     print("|---|---|---|---|---|---|---|---|")
@@ -177,7 +180,8 @@ def main() -> None:
     if args.json:
         report["rows"] = [{"prompt_id": r.prompt_id, "category": r.category, "method": r.method,
                            "tokens_per_s": round(r.measurement.tokens_per_s, 3), "speedup": round(r.speedup, 4),
-                           "identical": None if r.check is None else r.check.identical} for r in rows]
+                           "identical": None if r.check is None else r.check.identical,
+                           "near_tie": None if r.check is None else r.check.near_tie} for r in rows]
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=1)
 
