@@ -30,10 +30,11 @@ from specplan.planner.solve import summarize
 from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import GenerationResult
-from specplan.runtime.live_acceptance import ROW_TOP, LiveAcceptance, top_rows
+from specplan.runtime.live_acceptance import ROW_TOP, LiveAcceptance
 from specplan.runtime.session import ModelSession
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
+from specplan.runtime.top_k import top_rows
 
 # The live scores are brought up to date every SCORE_EVERY rounds (and before any re-plan or forced
 # switch), so that the forwards' rows are reduced in one top-k call and the replays run in one go:

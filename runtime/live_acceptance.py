@@ -31,26 +31,8 @@ import torch
 from specplan.planner.posterior import LiveCounts
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.recycle import RecycleDrafter
-from specplan.runtime.top_k import top_logits
 
 ROW_TOP = 8  # top-k of each target row kept for Token Recycling's table
-
-
-def top_rows(logits: torch.Tensor, count: int, normalized: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``count`` most probable next tokens of each row of logits [n, vocab] and their
-    probabilities, both [n, count] (top-k of the logits, normalised by the row's logsumexp: no
-    full softmax is materialised). Without ``normalized``, each row's weights are relative to its
-    best token (``exp(top - top_0)``, the best is 1): the same ranks and ratios at a third less
-    time, enough for every reader that uses ranks only (static shapes, the live replays).
-
-    >>> ids, weights = top_rows(torch.log(torch.tensor([[0.1, 0.6, 0.3]])), 2, normalized=False)
-    >>> ids.tolist(), [round(w, 3) for w in weights[0].tolist()]
-    ([[1, 2]], [1.0, 0.5])
-    """
-    logits = logits.float()
-    values, indices = top_logits(logits, count)
-    scale = torch.logsumexp(logits, dim=-1, keepdim=True) if normalized else values[:, :1]
-    return indices, torch.exp(values - scale)
 
 
 class _Replay:

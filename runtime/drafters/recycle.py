@@ -18,7 +18,7 @@ import torch
 
 from specplan.runtime.drafters.retrieval_tree import RetrievalTreeDrafter
 from specplan.runtime.drafters.tree_growth import Children
-from specplan.runtime.top_k import top_logits
+from specplan.runtime.top_k import top_rows
 
 
 class SuccessorTable:
@@ -38,9 +38,7 @@ class SuccessorTable:
         """
         if len(tokens) == 0:
             return
-        logits = logits.float()
-        values, indices = top_logits(logits, self.top_k)  # [n, k]
-        probs = torch.exp(values - torch.logsumexp(logits, dim=-1, keepdim=True))  # [n, k]
+        indices, probs = top_rows(logits, self.top_k)  # [n, k] each
         self.update_top(tokens, indices.tolist(), probs.tolist())
 
     def update_top(self, tokens: Sequence[int], id_rows: Sequence[Sequence[int]],
