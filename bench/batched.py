@@ -26,7 +26,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from specplan.core.errors import PlanError
 from specplan.runtime.batched import decode_rate
-from specplan.runtime.batched_build import build_batched_engine, check_batchable, describe, stages_at
+from specplan.core.plan import describe_stages
+from specplan.runtime.batched_build import as_sequences, build_batched_engine, check_batchable, stages_at
 from specplan.runtime.build import eos_ids
 from specplan.runtime.lossless import NEAR_TIE, check_lossless, divergence_gap
 from specplan.runtime.runner import PlanRunner
@@ -131,11 +132,11 @@ def _methods(runner: PlanRunner, batch: int, built: dict,
             check_batchable(stages, plan)
             decoder = engine_decoder(_engine(runner, batch, stages, built, stop_at_eos))
         except PlanError as error:  # a tree, a hierarchy, a draft head: reported as not run, with the reason
-            methods[name] = (f"{describe(stages, plan.target)}: not run ({error})", None, predicted)
+            methods[name] = (f"{describe_stages(as_sequences(stages), plan.target)}: not run ({error})", None, predicted)
             continue
-        methods[name] = (describe(stages, plan.target), decoder, predicted)
+        methods[name] = (describe_stages(as_sequences(stages), plan.target), decoder, predicted)
     plain = row.plain_tokens_per_s if exact else None
-    methods["plain-runtime"] = (describe((), plan.target) + " (batched runtime)",
+    methods["plain-runtime"] = (describe_stages((), plan.target) + " (batched runtime)",
                                 engine_decoder(_engine(runner, batch, (), built, stop_at_eos)), plain)
     methods["plain"] = ("transformers generate, left padding", generate_decoder(runner, stop_at_eos), plain)
     return methods

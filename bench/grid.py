@@ -62,31 +62,9 @@ def candidate_terms(candidate: Candidate) -> CostTerms:
     return CostTerms(candidate.draft_ms, candidate.verify_ms, candidate.accepted_length, candidate.ms_per_token)
 
 
-def stage_label(stage: Stage, detailed: bool = False) -> str:
-    """``drafter/gG`` for a sequence, ``drafter/treeN`` (static) or ``drafter/dtreeN`` (grown at run
-    time) for a tree of N nodes, ``+graftB`` for a graft; ``detailed`` adds the tree's depth."""
-    shape = stage.shape
-    if shape.kind == "sequence":
-        return f"{stage.drafter}/g{shape.gamma}"
-    size = len(shape.parents) or shape.budget
-    label = f"{stage.drafter}/{'tree' if shape.parents else 'dtree'}{size}"
-    if detailed:
-        label += f"d{tree_depth(shape.parents) if shape.parents else shape.depth}"
-    if shape.graft:
-        label += f"+{shape.graft}{shape.graft_budget}"
-    return label
-
-
 def point_name(stages: tuple[Stage, ...], detailed: bool = False) -> str:
     """A readable name of a configuration: ``plain-runtime``, ``ngram-3/g4``, ``recycle/tree16>layerskip-26/g2``."""
-    return "plain-runtime" if not stages else ">".join(stage_label(stage, detailed) for stage in stages)
-
-
-def tree_depth(parents: tuple[int, ...]) -> int:
-    depth = [0] * len(parents)
-    for node in range(1, len(parents)):
-        depth[node] = depth[parents[node]] + 1
-    return max(depth, default=0)
+    return "plain-runtime" if not stages else ">".join(stage.label(detailed) for stage in stages)
 
 
 @dataclass(frozen=True)

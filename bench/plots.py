@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specplan.core.errors import BackendMissingError
 from specplan.core.files import write_bytes_atomic
+from specplan.core.parents import node_depths
 
 DPI = 80
 SIZE = (6.4, 3.6)
@@ -161,9 +162,7 @@ def _tree_layout(parents: list[int]) -> list[tuple[float, float]]:
     children: dict[int, list[int]] = {i: [] for i in range(len(parents))}
     for node, parent in enumerate(parents[1:], start=1):
         children[parent].append(node)
-    depth = [0] * len(parents)
-    for node in range(1, len(parents)):
-        depth[node] = depth[parents[node]] + 1
+    depth = node_depths(parents)
     rows: dict[int, float] = {}
     counter = [0]
 

@@ -22,6 +22,7 @@ import argparse
 import json
 from collections import defaultdict
 
+from specplan.core.plan import StageShape
 from specplan.core.quiet import quiet_libraries
 
 quiet_libraries(verbose=False)  # before torch and the 4-bit backends import: no library chatter
@@ -33,7 +34,7 @@ from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
 from specplan.models.chat import encode_prompt
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.models.load import load_model, quiet_transformers
@@ -77,11 +78,11 @@ def build_engines(args, target, device) -> dict[str, SpeculativeEngine]:
         return build_tree_drafter(spec, target, device, network)
 
     retrieval = parse_drafter_spec(args.graft)
-    dynamic = TreeShape(budget=args.budget, depth=args.depth)
+    dynamic = StageShape("tree", budget=args.budget, depth=args.depth, dynamic=True)
     return {
         "plain": SpeculativeEngine(target.model, device, eos),
         f"sequence g{args.gamma}": SpeculativeEngine(target.model, device, eos, sequence.drafter, args.gamma),
-        "static tree": SpeculativeEngine(target.model, device, eos, model_tree(), tree=TreeShape(parents=static_parents(args))),
+        "static tree": SpeculativeEngine(target.model, device, eos, model_tree(), tree=StageShape("tree", parents=static_parents(args))),
         "dynamic tree": SpeculativeEngine(target.model, device, eos, model_tree(), tree=dynamic),
         "grafted tree": SpeculativeEngine(target.model, device, eos, GraftDrafter(
             model_tree(), build_tree_drafter(retrieval, target, device), args.graft_budget), tree=dynamic),

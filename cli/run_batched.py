@@ -70,7 +70,8 @@ def run_batched(args, prompts: list[Prompt]) -> int:
     if args.temperature is None and runner.plan.temperature > 0:
         raise SpecplanError(f"batched runs verify greedily; the plan samples at temperature {runner.plan.temperature}: "
                             "pass --temperature 0")
-    from specplan.runtime.batched_build import build_batched_engine, describe, stages_at
+    from specplan.core.plan import describe_stages
+    from specplan.runtime.batched_build import as_sequences, build_batched_engine, stages_at
 
     for prompt in prompts:  # every prompt fits before the first batch decodes
         runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
@@ -81,7 +82,7 @@ def run_batched(args, prompts: list[Prompt]) -> int:
         if stages not in engines:
             engines[stages] = build_batched_engine(runner.plan_runner, len(chunk), stages)
         records, result = _run_batch(runner, engines[stages], chunk, args)
-        configuration = describe(stages, runner.plan.target)
+        configuration = describe_stages(as_sequences(stages), runner.plan.target)
         predicted = _predicted(runner.plan, len(chunk), stages)
         for record in records:
             record.update({"configuration": configuration, "predicted_batch_tokens_per_s": predicted,

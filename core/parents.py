@@ -53,3 +53,66 @@ def node_depths(parents: Sequence[int]) -> list[int]:
     for node in range(1, len(parents)):
         depths[node] = depths[parents[node]] + 1
     return depths
+
+
+def tree_depth(parents: Sequence[int]) -> int:
+    """Depth of the deepest node (0 for the root alone).
+
+    >>> tree_depth((-1, 0, 0, 1))
+    2
+    """
+    return max(node_depths(parents))
+
+
+def sibling_ranks(parents: Sequence[int]) -> tuple[int, ...]:
+    """0-based rank of each node among its siblings, in node order (root: 0).
+
+    >>> sibling_ranks([-1, 0, 0, 1, 2, 2])
+    (0, 0, 1, 0, 0, 1)
+    """
+    seen: dict[int, int] = {}
+    ranks = [0]
+    for parent in parents[1:]:
+        ranks.append(seen.get(parent, 0))
+        seen[parent] = ranks[-1] + 1
+    return tuple(ranks)
+
+
+def most_children(parents: Sequence[int]) -> int:
+    """The largest number of children of one node (a chain's is 1; the root alone: 0).
+
+    >>> most_children((-1, 0, 0, 0, 1))
+    3
+    """
+    return max(sibling_ranks(parents)[1:], default=-1) + 1
+
+
+def depth_and_width(parents: Sequence[int]) -> tuple[int, int]:
+    """(depth, width) of a tree: its deepest level and the most non-leaf nodes at one level.
+
+    A model drafter expands one level per forward, so ``width`` is its widest forward.
+
+    >>> depth_and_width([-1, 0, 0, 1, 2, 3])
+    (3, 2)
+    """
+    depths = node_depths(parents)
+    expanded: dict[int, int] = {}
+    for parent in set(parents[1:]):
+        expanded[depths[parent]] = expanded.get(depths[parent], 0) + 1
+    return max(depths), max(expanded.values(), default=0)
+
+
+def capped_parents(parents: Sequence[int], depth: int) -> tuple[int, ...]:
+    """The same tree without its nodes deeper than ``depth`` (``depth >= 0``), renumbered in order.
+
+    >>> capped_parents((-1, 0, 1, 2, 0, 4), 1)
+    (-1, 0, 0)
+    """
+    depths = node_depths(parents)
+    index: dict[int, int] = {}
+    kept: list[int] = []
+    for node, parent in enumerate(parents):
+        if depths[node] <= depth:
+            index[node] = len(kept)
+            kept.append(-1 if node == 0 else index[parent])
+    return tuple(kept)

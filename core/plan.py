@@ -13,7 +13,7 @@ from typing import Any
 
 from specplan.core.errors import PlanError, TreeError
 from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
-from specplan.core.parents import check_parents
+from specplan.core.parents import capped_parents, check_parents, tree_depth
 from specplan.core.plan_adaptive import AdaptiveSettings, adaptive_from_dict, adaptive_to_dict
 from specplan.core.schedule import Schedule, plan_number, schedule_from_dict, schedule_to_dict
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
@@ -66,6 +66,42 @@ class StageShape:
                 )
 
 
+    @property
+    def is_static(self) -> bool:
+        """A tree with a parent array (a budget tree is grown best-first at run time)."""
+        return bool(self.parents)
+
+    @property
+    def size(self) -> int:
+        """Most nodes a tree of this shape has, root included (a sequence: gamma + 1)."""
+        if self.kind == "sequence":
+            return self.gamma + 1
+        return len(self.parents) if self.parents else self.budget
+
+    @property
+    def max_depth(self) -> int:
+        """The deepest node a draft of this shape may have: gamma, the static tree's depth, or the depth cap.
+
+        >>> StageShape("tree", parents=(-1, 0, 0, 1)).max_depth, StageShape("tree", budget=8, depth=3, dynamic=True).size
+        (2, 8)
+        """
+        if self.kind == "sequence":
+            return self.gamma
+        return tree_depth(self.parents) if self.parents else self.depth
+
+    def capped(self, depth: int) -> "StageShape | None":
+        """The tree without nodes deeper than ``depth`` (None when ``depth < 1``: no draft); a graft's
+        split stays with its drafter, so a capped shape carries none."""
+        if depth < 1:
+            return None
+        if depth >= self.max_depth:
+            return self
+        if not self.parents:
+            return StageShape("tree", budget=self.budget, depth=min(depth, self.depth), dynamic=True)
+        parents = capped_parents(self.parents, depth)
+        return StageShape("tree", parents=parents, budget=len(parents), depth=tree_depth(parents))
+
+
 def validate_parents(parents: tuple[int, ...] | list[int]) -> None:
     """A plan's parent array through the one validator (core/parents.py), as a PlanError."""
     try:
@@ -79,6 +115,40 @@ class Stage:
     drafter: str
     verifier: str
     shape: StageShape
+
+    def describe(self) -> str:
+        """``draft -> target (sequence gamma 4)``, ``draft -> target (tree 8 nodes depth 3)``, with
+        ``, 2 grafted from ngram-3`` for a graft: the wording of plan.yaml's alternatives."""
+        shape = self.shape
+        if shape.kind == "sequence":
+            return f"{self.drafter} -> {self.verifier} (sequence gamma {shape.gamma})"
+        graft = f", {shape.graft_budget} grafted from {shape.graft}" if shape.graft else ""
+        depth = shape.depth or shape.max_depth  # a planned static tree records its DP's depth cap
+        return f"{self.drafter} -> {self.verifier} (tree {shape.size} nodes depth {depth}{graft})"
+
+    def label(self, detailed: bool = False) -> str:
+        """A short name: ``drafter/gG`` for a sequence, ``drafter/treeN`` (static) or ``drafter/dtreeN``
+        (grown at run time) for a tree of N nodes, ``+graftB`` for a graft; ``detailed`` adds the depth.
+
+        >>> Stage("ngram-3", "target", StageShape("tree", budget=8, depth=3, dynamic=True)).label(True)
+        'ngram-3/dtree8d3'
+        """
+        shape = self.shape
+        if shape.kind == "sequence":
+            return f"{self.drafter}/g{shape.gamma}"
+        label = f"{self.drafter}/{'tree' if shape.parents else 'dtree'}{shape.size}"
+        if detailed:
+            label += f"d{tree_depth(shape.parents) if shape.parents else shape.depth}"
+        if shape.graft:
+            label += f"+{shape.graft}{shape.graft_budget}"
+        return label
+
+
+def describe_stages(stages: tuple[Stage, ...], target: str) -> str:
+    """A one-line name of a configuration (stages bottom first), e.g. ``draft -> target (sequence gamma 4)``."""
+    if not stages:
+        return f"{target} plain decoding"
+    return "; ".join(stage.describe() for stage in stages)
 
 
 @dataclass(frozen=True)
@@ -111,19 +181,7 @@ class Plan:
     schedule: Schedule | None = None  # the best configuration per batch size (core/schedule.py); None: batch 1 only
 
     def summary(self) -> str:
-        if not self.stages:
-            return f"{self.target} plain decoding"
-        parts = []
-        for stage in self.stages:
-            shape = stage.shape
-            if shape.kind == "sequence":
-                parts.append(f"{stage.drafter} -> {stage.verifier} (sequence gamma {shape.gamma})")
-            else:
-                size = len(shape.parents) if shape.parents else shape.budget
-                how = "dynamic" if shape.dynamic else "static"
-                graft = f", {shape.graft_budget} grafted from {shape.graft}" if shape.graft else ""
-                parts.append(f"{stage.drafter} -> {stage.verifier} ({how} tree {size} nodes{graft})")
-        return "; ".join(parts)
+        return describe_stages(self.stages, self.target)
 
 
 def _count(raw: dict[str, Any], key: str, high: int, where: str) -> int:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError
+from specplan.core.parents import most_children, tree_depth
 from specplan.core.plan import Stage
 
 from .export_models import ModelNames, is_gguf
@@ -105,12 +106,7 @@ def tree_numbers(stage: Stage) -> tuple[int, int, int]:
     parents = shape.parents
     if not parents:
         return shape.depth, 1, shape.budget
-    children = [0] * len(parents)
-    depth = [0] * len(parents)
-    for node, parent in enumerate(parents[1:], start=1):
-        children[parent] += 1
-        depth[node] = depth[parent] + 1
-    return max(depth), max(children), len(parents)
+    return tree_depth(parents), most_children(parents), len(parents)
 
 
 def sglang_candidates(steps: int, topk: int) -> int:

@@ -27,12 +27,13 @@ import numpy as np
 from scipy.stats import norm
 
 from specplan.core.errors import PlanError
+from specplan.core.parents import depth_and_width
 from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 
 from .latency import latency_table
 from .sequence import expected_accepted_from_histogram, expected_accepted_length
-from .tree_dp import graft_accept, graft_model_width, tree_shape, tree_value
+from .tree_dp import graft_accept, graft_model_width, tree_value
 
 OVERSHOOT_RULES = ("trim", "verify")
 
@@ -81,7 +82,7 @@ def closed_form(stages: Sequence[SimStage]) -> float:
     level = 0.0
     for index, stage in enumerate(stages):
         if stage.kind == "tree":
-            depth, _ = tree_shape(stage.parents)
+            depth, _ = depth_and_width(stage.parents)
             value = tree_value(stage.parents, stage.rank_accept)
             level = (depth * stage.draft_ms + stage.verify_ms[len(stage.parents)]) / value
             continue
@@ -162,7 +163,7 @@ class _Runner:
         """One round of stage ``level``: (tokens committed, ms spent)."""
         stage = self.stages[level]
         if stage.kind == "tree":
-            depth, _ = tree_shape(stage.parents)
+            depth, _ = depth_and_width(stage.parents)
             ms = depth * stage.draft_ms + stage.verify_ms[len(stage.parents)]
             return self.tree_accepted(level) + 1, ms
         if level == 0:
@@ -247,7 +248,7 @@ def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tup
             raise PlanError(f"profile lacks acceptance or latency for {stage.drafter} -> {stage.verifier}; re-profile")
         shape = stage.shape
         accept = _rank_accept(profile, stage, entry.rank_accept, plan.temperature)
-        width = tree_shape(shape.parents)[1] if shape.kind == "tree" else 1
+        width = depth_and_width(shape.parents)[1] if shape.kind == "tree" else 1
         result.append(SimStage(
             kind=shape.kind, verify_ms=table.ms, gamma=shape.gamma, alpha=entry.alpha,
             parents=shape.parents, rank_accept=tuple(accept), accepted_hist=tuple(entry.accepted_hist),

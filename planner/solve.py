@@ -14,7 +14,8 @@ import time
 import warnings
 from dataclasses import dataclass, replace
 
-from specplan.core.plan import Alternative, Plan, Prediction, Stage
+from specplan.core.parents import depth_and_width
+from specplan.core.plan import Alternative, Plan, Prediction, Stage, describe_stages
 from specplan.core.profile import Profile
 
 from .costs import CostModel, build_cost_model
@@ -22,10 +23,9 @@ from .hierarchy import HierarchySolution, StageCost, chain_for, solve_exact_stag
 from .lp import solve_lp
 from .options import PlanOptions
 from .simulate import SimulationResult, simulate_plan
-from .tree_dp import tree_shape
 from .validate import NoCandidatesError, PlannerWarning, validate_profile
 
-__all__ = ["Candidate", "PlanOptions", "PlanResult", "plan_for_candidate", "solve_plan", "summarize"]
+__all__ = ["Candidate", "PlanOptions", "PlanResult", "plan_for_candidate", "solve_plan"]
 
 ALTERNATIVES = 5
 OVERSHOOT_RULE = "trim"  # a sub-hierarchy's tokens beyond gamma are discarded (docs/planner-math.md section 4)
@@ -58,22 +58,6 @@ class PlanResult:
     simulation: SimulationResult | None = None
 
 
-def summarize(stages: tuple[Stage, ...], target: str) -> str:
-    """A one-line name of a configuration, e.g. ``draft -> target (sequence gamma 4)``."""
-    if not stages:
-        return f"{target} plain decoding"
-    parts = []
-    for stage in stages:
-        shape = stage.shape
-        if shape.kind == "sequence":
-            parts.append(f"{stage.drafter} -> {stage.verifier} (sequence gamma {shape.gamma})")
-        else:
-            size = len(shape.parents) or shape.budget
-            graft = f", {shape.graft_budget} grafted from {shape.graft}" if shape.graft else ""
-            parts.append(f"{stage.drafter} -> {stage.verifier} (tree {size} nodes depth {shape.depth}{graft})")
-    return "; ".join(parts)
-
-
 def _extrapolated(costs: CostModel, chain: tuple[StageCost, ...]) -> bool:
     """Whether some T(n) the chain reads (verifier widths, a tree drafter's widest forward) is extrapolated."""
     for cost in chain:
@@ -82,7 +66,7 @@ def _extrapolated(costs: CostModel, chain: tuple[StageCost, ...]) -> bool:
         if costs.latency[stage.verifier].is_extrapolated(width):
             return True
         if stage.shape.kind == "tree" and stage.drafter in costs.latency:
-            if costs.latency[stage.drafter].is_extrapolated(tree_shape(stage.shape.parents)[1]):
+            if costs.latency[stage.drafter].is_extrapolated(depth_and_width(stage.shape.parents)[1]):
                 return True
     return False
 
@@ -91,9 +75,9 @@ def _candidate(costs: CostModel, chain: tuple[StageCost, ...]) -> Candidate:
     stages = tuple(cost.stage for cost in chain)
     if not chain:
         plain = costs.latency[costs.target](1)
-        return Candidate(summarize((), costs.target), 0.0, plain, 1.0, plain)
+        return Candidate(describe_stages((), costs.target), 0.0, plain, 1.0, plain)
     top = chain[-1]
-    return Candidate(summarize(stages, costs.target), top.draft_ms, top.verify_ms, top.accepted,
+    return Candidate(describe_stages(stages, costs.target), top.draft_ms, top.verify_ms, top.accepted,
                      top.ms_per_token, stages, _extrapolated(costs, chain))
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specplan.core.parents import sibling_ranks
 from specplan.core.plan import validate_parents
 
 RELATIVE_GAIN = 1e-12  # a deeper cap must improve F by more than this to be costed again
@@ -50,21 +51,6 @@ class TreeSolution:
     ranks: tuple[int, ...]
     depth: int
     width: int  # most non-leaf nodes at one level (one drafter forward)
-
-
-def sibling_ranks(parents: Sequence[int]) -> tuple[int, ...]:
-    """0-based rank of each node among its siblings, in node order (root: 0).
-
-    >>> sibling_ranks([-1, 0, 0, 1, 2, 2])
-    (0, 0, 1, 0, 0, 1)
-    """
-    validate_parents(tuple(parents))
-    seen: dict[int, int] = {}
-    ranks = [0]
-    for parent in parents[1:]:
-        ranks.append(seen.get(parent, 0))
-        seen[parent] = ranks[-1] + 1
-    return tuple(ranks)
 
 
 def tree_value(parents: Sequence[int], accept: Sequence[float], ranks: Sequence[int] | None = None) -> float:
@@ -91,6 +77,8 @@ def tree_value(parents: Sequence[int], accept: Sequence[float], ranks: Sequence[
     >>> tree_value([-1, 0, 0], [0.5, 0.25])
     1.75
     """
+    if ranks is None:
+        validate_parents(tuple(parents))
     ranks = sibling_ranks(parents) if ranks is None else tuple(ranks)
     reach = [1.0]
     for node in range(1, len(parents)):
@@ -98,23 +86,6 @@ def tree_value(parents: Sequence[int], accept: Sequence[float], ranks: Sequence[
         weight = accept[rank] if rank < len(accept) else 0.0
         reach.append(reach[parents[node]] * weight)
     return float(sum(reach))
-
-
-def tree_shape(parents: Sequence[int]) -> tuple[int, int]:
-    """(depth, width) of a tree: its deepest level and the most non-leaf nodes at one level.
-
-    The drafter expands one level per forward, so ``width`` is its widest forward.
-
-    >>> tree_shape([-1, 0, 0, 1, 2, 3])
-    (3, 2)
-    """
-    levels = [0]
-    for parent in parents[1:]:
-        levels.append(levels[parent] + 1)
-    expanded: dict[int, int] = {}
-    for parent in set(parents[1:]):
-        expanded[levels[parent]] = expanded.get(levels[parent], 0) + 1
-    return max(levels), max(expanded.values(), default=0)
 
 
 @dataclass(frozen=True)
@@ -207,7 +178,7 @@ def best_tree(accept: Sequence[float], budget: int, depth: int) -> TreeSolution 
     return tree_from_table(solve_tree_table(accept, budget, depth), budget, depth)
 
 
-def _tree_shape(table: TreeTable, budget: int, depth: int) -> tuple[int, int]:
+def _table_depth_and_width(table: TreeTable, budget: int, depth: int) -> tuple[int, int]:
     """(depth, width) of the DP tree without numbering it: cheap, for costing many sizes."""
     expanded: dict[int, int] = {}
     deepest = 0
@@ -282,7 +253,7 @@ def choose_tree(
             previous = value
             if best is not None and verify / value >= best[0]:
                 continue  # drafting costs >= 0 ms: this tree cannot be cheaper (its shape is not walked)
-            tree_depth, width = _tree_shape(table, budget, depth)
+            tree_depth, width = _table_depth_and_width(table, budget, depth)
             draft = tree_depth * draft_ms(max(width, 1))
             cost = (draft + verify) / value
             if best is None or cost < best[0]:
@@ -341,6 +312,7 @@ def graft_model_width(parents: Sequence[int], graft_budget: int) -> int:
     >>> graft_model_width([-1, 0, 0, 0, 1], 1)
     2
     """
+    validate_parents(tuple(parents))
     ranks = sibling_ranks(parents)
     for width in range(max(ranks, default=0) + 1, 0, -1):
         if retrieved_nodes(ranks, width) == graft_budget:

@@ -26,9 +26,9 @@ from specplan.core.plan import Stage
 from specplan.core.plan_adaptive import AdaptiveSettings
 from specplan.planner.posterior import posterior_alpha, posterior_entry
 from specplan.planner.replan import Replanner
-from specplan.planner.solve import summarize
+from specplan.core.plan import describe_stages
+from specplan.runtime.commit import Committed
 from specplan.runtime.drafters.base import Drafter, SamplingConfig
-from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import GenerationResult
 from specplan.runtime.live_acceptance import ROW_TOP, LiveAcceptance
 from specplan.runtime.session import ModelSession
@@ -182,9 +182,9 @@ class AdaptiveEngine:
         graft); the rows the live scores and the tables need are kept, unread, until :meth:`read`
         (timed as scoring overhead, on the host clock: no device synchronisation is added)."""
         begin = time.perf_counter()
-        tables = [learner for learner in learners if isinstance(learner, RecycleDrafter)]
+        tables = [learner for learner in learners if learner.learns_from_top_rows]
         for learner in learners:
-            if not isinstance(learner, RecycleDrafter):
+            if not learner.learns_from_top_rows:
                 learner.observe(tokens, logits)
         first = self.live.claim(len(tokens))  # keeps positions in step
         if tables or self.live.wants_rows:
@@ -220,12 +220,12 @@ class AdaptiveEngine:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  on_commit: Callable[[list[int]], None] | None = None) -> AdaptiveResult:
-        loop = _Loop(self, prompt_ids, sampling)
+        loop = _Loop(self, prompt_ids, sampling, max_new_tokens)
         while True:
-            chunk = loop.round(max_new_tokens - len(loop.new_tokens))
+            chunk = loop.round()
             if on_commit is not None:
                 on_commit(chunk)
-            if len(loop.new_tokens) >= max_new_tokens or loop.stop_reason == "eos":
+            if loop.text.remaining <= 0 or loop.text.done:
                 return loop.result()
             loop.after_round()  # between rounds only: scores, re-plan, switch
 
@@ -233,14 +233,12 @@ class AdaptiveEngine:
 class _Loop:
     """One request's decoding loop: rounds, the live scores and the switching rule."""
 
-    def __init__(self, engine: AdaptiveEngine, prompt_ids: list[int], sampling: SamplingConfig):
+    def __init__(self, engine: AdaptiveEngine, prompt_ids: list[int], sampling: SamplingConfig, max_new_tokens: int):
         self.engine = engine
         self.sampling = sampling
         self.generator = torch.Generator().manual_seed(sampling.seed)
-        self.committed = list(prompt_ids)
-        self.new_tokens: list[int] = []
-        self.per_forward: list[int] = []
-        self.stop_reason = "max_new_tokens"
+        self.text = Committed(prompt_ids, max_new_tokens, engine.eos_ids)
+        self.committed = self.text.context  # the same list: the prompt, then every committed token
         self.index, self.stages = 0, engine.settings.candidates[0].stages
         self.uses: dict[tuple, list] = {}
         self.stats: dict[tuple[str, str], StageStats] = {}
@@ -256,23 +254,17 @@ class _Loop:
         engine.live.begin_forward(0)
         engine._runner(self.index, self.stages).catch_up(self.committed)  # the prefill
 
-    def round(self, remaining: int) -> list[int]:
+    def round(self) -> list[int]:
         engine = self.engine
         runner = engine._runner(self.index, self.stages)
         engine.live.begin_forward(len(self.committed) - 1)
+        remaining = self.text.remaining
         result = runner.play(self.committed, remaining, self.sampling, self.generator)
-        chunk = result.chunk[:remaining]
-        for position, token in enumerate(chunk):
-            if token in engine.eos_ids:
-                chunk, self.stop_reason = chunk[: position + 1], "eos"
-                break
-        self.per_forward.append(len(chunk))
-        self.committed.extend(chunk)
-        self.new_tokens.extend(chunk)
+        chunk = self.text.add(result.chunk)
         top = self.stages[-1] if self.stages else None
         key = (top.drafter, top.verifier) if top else ("none", "target")
         self.stats.setdefault(key, StageStats(*key)).add(result)
-        use = self.uses.setdefault(summarize(self.stages, engine.replanner.target), [self.stages, 0, 0])
+        use = self.uses.setdefault(describe_stages(self.stages, engine.replanner.target), [self.stages, 0, 0])
         use[1] += 1
         use[2] += len(chunk)
         if top is not None and len(self.stages) == 1 and top.shape.kind == "sequence" \
@@ -287,7 +279,7 @@ class _Loop:
         engine = self.engine
         begin = now(engine.device)
         self.since += 1
-        forced = engine.policy(len(self.per_forward), self.committed) if engine.policy is not None else None
+        forced = engine.policy(len(self.text.per_forward), self.committed) if engine.policy is not None else None
         if forced is None and self.since < engine.settings.every and self.since % SCORE_EVERY:
             self.adaptive_seconds += now(engine.device) - begin
             return
@@ -334,8 +326,8 @@ class _Loop:
         uses = tuple(ConfigurationUse(summary, stages_, rounds, tokens)
                      for summary, (stages_, rounds, tokens) in self.uses.items())
         return AdaptiveResult(
-            tuple(self.new_tokens), seconds, len(self.per_forward), tuple(self.per_forward),
+            tuple(self.text.new), seconds, len(self.text.per_forward), tuple(self.text.per_forward),
             sum(s.draft_seconds for s in self.stats.values()), sum(s.verify_seconds for s in self.stats.values()),
-            self.stop_reason, stages, uses, self.switches, self.replans,
+            self.text.stop_reason or "max_new_tokens", stages, uses, self.switches, self.replans,
             self.adaptive_seconds + engine.observe_seconds - self.observed_before,
             engine.observe_seconds - self.observed_before)

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from specplan.runtime.batched_cache import COMPACT_HOLES, BatchedKV
+from specplan.runtime.commit import Committed
+from specplan.runtime.tree import DraftTree
+from specplan.runtime.verify import verify_greedy
 from specplan.runtime.timing import now
 
 
@@ -75,38 +78,6 @@ def decode_rate(new_tokens: int, sequences: int, seconds: float, prefill_seconds
     return max(new_tokens - sequences, 0) / decode_seconds if decode_seconds > 0 else 0.0
 
 
-@dataclass
-class _Sequence:
-    committed: list[int]
-    new: list[int]
-    per_forward: list[int]
-    stop_reason: str = ""
-
-    def commit(self, chunk: list[int], max_new_tokens: int, eos_ids: set[int]) -> None:
-        chunk = chunk[: max_new_tokens - len(self.new)]
-        for index, token in enumerate(chunk):
-            if token in eos_ids:
-                chunk, self.stop_reason = chunk[: index + 1], "eos"
-                break
-        self.committed.extend(chunk)
-        self.new.extend(chunk)
-        if not self.stop_reason and len(self.new) >= max_new_tokens:
-            self.stop_reason = "max_new_tokens"
-
-
-def accepted_length(draft: tuple[int, ...], predicted: list[int]) -> int:
-    """Draft tokens accepted by greedy verification: the prefix equal to the target's argmax
-    (``predicted[k]`` follows row ``k``; row 0 is the root).
-
-    >>> accepted_length((4, 5, 6), [4, 5, 9, 1])
-    2
-    """
-    size = 0
-    while size < len(draft) and draft[size] == predicted[size]:
-        size += 1
-    return size
-
-
 class BatchedEngine:
     """Greedy batched decoding of ``target``; ``drafter`` (a PerSequenceDrafters or a
     BatchedModelDrafter) and ``gamma`` > 0 make it a sequence stage."""
@@ -127,7 +98,7 @@ class BatchedEngine:
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> BatchedResult:
         if not prompts or min(len(prompt) for prompt in prompts) < 1 or max_new_tokens < 1:
             raise ValueError("a batch needs at least one non-empty prompt and max_new_tokens >= 1")
-        sequences = [_Sequence(list(prompt), [], []) for prompt in prompts]
+        sequences = [Committed(prompt, max_new_tokens, self.eos_ids) for prompt in prompts]
         kv = BatchedKV(self.target, self.device, self.pad_id, self.compact_holes)
         if self.drafter is not None:
             self.drafter.reset(len(prompts))
@@ -135,7 +106,7 @@ class BatchedEngine:
         logits = kv.forward(prompts)  # prefill: its argmax after the prompt is the first new token
         kv.keep([len(prompt) for prompt in prompts])
         for sequence, prompt, row in zip(sequences, prompts, logits):
-            sequence.commit([int(row[len(prompt) - 1].argmax())], max_new_tokens, self.eos_ids)
+            sequence.add([int(row[len(prompt) - 1].argmax())])
         self._after_prefill(prompts, logits)
         prefill_seconds = now(self.device) - start
         running = list(range(len(prompts)))
@@ -154,36 +125,35 @@ class BatchedEngine:
             rounds += 1
             widths.append(kv.last_width)
         seconds = now(self.device) - start
-        outputs = tuple(BatchedSequence(tuple(s.new), tuple(s.per_forward), s.stop_reason) for s in sequences)
+        # per_forward[0] is the prefill's token: a sequence's verify forwards are the rest
+        outputs = tuple(BatchedSequence(tuple(s.new), tuple(s.per_forward[1:]), s.stop_reason) for s in sequences)
         return BatchedResult(outputs, seconds, rounds, draft_seconds, verify_seconds, tuple(widths), prefill_seconds)
 
     def _after_prefill(self, prompts: list[list[int]], logits: torch.Tensor) -> None:
         """The prompts' forward, for a drafter that learns from the target's rows (none here)."""
 
-    def _drafts(self, running: list[_Sequence], max_new_tokens: int) -> list[tuple[int, ...]]:
+    def _drafts(self, running: list[Committed], max_new_tokens: int) -> list[tuple[int, ...]]:
         """Each sequence's draft, capped so that its accepted path never passes its token budget."""
-        budgets = [min(self.gamma, max_new_tokens - len(sequence.new) - 1) for sequence in running]
+        budgets = [min(self.gamma, sequence.remaining - 1) for sequence in running]
         if self.drafter is None or max(budgets) < 1:
             return [() for _ in running]
-        proposals = self.drafter.propose([sequence.committed for sequence in running], budgets)
+        proposals = self.drafter.propose([sequence.context for sequence in running], budgets)
         return [tuple(draft[:budget]) for draft, budget in zip(proposals, budgets)]
 
-    def _verify(self, kv: BatchedKV, running: list[_Sequence], drafts: list[tuple[int, ...]],
+    def _verify(self, kv: BatchedKV, running: list[Committed], drafts: list[tuple[int, ...]],
                 max_new_tokens: int) -> None:
         """One target forward over every running sequence's root and draft; greedy verification."""
-        rows = [[sequence.committed[-1], *draft] for sequence, draft in zip(running, drafts)]
-        predicted = kv.forward(rows).argmax(dim=-1).tolist()  # [b, width]
+        rows = [[sequence.context[-1], *draft] for sequence, draft in zip(running, drafts)]
+        logits = kv.forward(rows)  # [b, width, vocab]
         counts = []
-        for sequence, draft, argmax in zip(running, drafts, predicted):
-            accepted = accepted_length(draft, argmax)
-            counts.append(accepted + 1)  # the root and the accepted draft tokens stay cached
-            chunk = [*draft[:accepted], argmax[accepted]]
-            before = len(sequence.new)
-            sequence.commit(chunk, max_new_tokens, self.eos_ids)
-            sequence.per_forward.append(len(sequence.new) - before)
+        for index, (sequence, row) in enumerate(zip(running, rows)):
+            chain = DraftTree.chain(torch.tensor(row))
+            result = verify_greedy(chain, logits[index, : len(row)])
+            counts.append(result.accepted_length)  # the root and the accepted draft tokens stay cached
+            sequence.add(result.committed_tokens(chain))
         kv.keep(counts)
 
-    def _drop_finished(self, sequences: list[_Sequence], running: list[int], kv: BatchedKV) -> list[int]:
+    def _drop_finished(self, sequences: list[Committed], running: list[int], kv: BatchedKV) -> list[int]:
         """The running sequences still unfinished; finished ones leave the cache (and the drafter)."""
         kept = [position for position, index in enumerate(running) if not sequences[index].stop_reason]
         if len(kept) < len(running) and kept:

@@ -16,14 +16,13 @@ from dataclasses import replace
 
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import PlanError
-from specplan.core.plan import Plan, Stage, StageShape
+from specplan.core.plan import Plan, Stage, StageShape, describe_stages
 from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
 from specplan.runtime.batched_tree import BatchedTreeEngine, PerSequenceTreeDrafters
 from specplan.runtime.build import (
-    build_drafter, build_tree_drafter, check_stages, drafter_source, eos_ids, pad_id, tree_shape,
+    build_drafter, build_tree_drafter, check_stages, drafter_source, eos_ids, pad_id,
 )
-from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.runner import PlanRunner
 
@@ -34,23 +33,6 @@ def stages_at(plan: Plan, batch: int) -> tuple[tuple[Stage, ...], str]:
         return tuple(plan.stages), "the plan (no schedule)"
     row = plan.schedule.row_for(batch)
     return tuple(row.stages), f"the schedule's row for batch {row.batch}"
-
-
-def describe(stages: tuple[Stage, ...], target: str) -> str:
-    """``ngram-5 -> target (sequence gamma 4)``, ``recycle -> target (tree 6 nodes)`` or ``target plain decoding``."""
-    stages = as_sequences(stages)
-    if not stages:
-        return f"{target} plain decoding"
-    return "; ".join(f"{stage.drafter} -> {stage.verifier} ({_shape(stage.shape)})" for stage in stages)
-
-
-def _shape(shape: StageShape) -> str:
-    """``sequence gamma 4``, ``tree 6 nodes`` (static) or ``tree 6 nodes depth 3`` (best-first)."""
-    if shape.kind == "sequence":
-        return f"sequence gamma {shape.gamma}"
-    if shape.parents:
-        return f"tree {len(shape.parents)} nodes"
-    return f"tree {shape.budget} nodes depth {shape.depth}"
 
 
 def as_sequences(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
@@ -73,7 +55,7 @@ def check_batchable(stages: tuple[Stage, ...], plan: Plan) -> None:
         return
     if len(stages) > 1 or stages[0].verifier != plan.target or stages[0].shape.graft:
         raise PlanError(f"the batched runtime runs plain decoding or one stage into the target, not "
-                        f"{describe(stages, plan.target)}; run it with --batch 1, or re-plan with "
+                        f"{describe_stages(as_sequences(stages), plan.target)}; run it with --batch 1, or re-plan with "
                         "`specplan plan --batched`")
 
 
@@ -115,8 +97,8 @@ def _tree_engine(runner: PlanRunner, stage: Stage, spec, stop: set[int], pad: in
                         f"{spec.source!r} ({stage.drafter}); run it with --batch 1, or re-plan with "
                         "`specplan plan --batched`")
     if stage.shape.kind == "sequence":
-        shape = TreeShape(parents=tuple(range(-1, stage.shape.gamma)))  # node i's parent is node i - 1
+        shape = StageShape("tree", parents=tuple(range(-1, stage.shape.gamma)))  # node i's parent is node i - 1
     else:
-        shape = tree_shape(stage.shape)
+        shape = stage.shape
     drafters = PerSequenceTreeDrafters(lambda: build_tree_drafter(spec, runner.target, runner.device), shape)
     return BatchedTreeEngine(runner.target.model, runner.device, stop, drafters, shape.max_depth, pad, stage.drafter)

@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from specplan.runtime.batched import BatchedEngine, _Sequence
+from specplan.core.plan import StageShape
+from specplan.runtime.batched import BatchedEngine
+from specplan.runtime.commit import Committed
 from specplan.runtime.batched_cache import COMPACT_HOLES, BatchedKV
 from specplan.runtime.batched_drafters import GREEDY, PerSequenceDrafters
-from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.retrieval_tree import RetrievalTreeDrafter
 from specplan.runtime.tree import DraftTree
 from specplan.runtime.verify import verify_greedy
@@ -35,7 +36,7 @@ from specplan.runtime.verify import verify_greedy
 class PerSequenceTreeDrafters(PerSequenceDrafters):
     """A fresh retrieval tree drafter per sequence (``factory()``), each growing ``shape`` over its own text."""
 
-    def __init__(self, factory: Callable[[], RetrievalTreeDrafter], shape: TreeShape):
+    def __init__(self, factory: Callable[[], RetrievalTreeDrafter], shape: StageShape):
         super().__init__(factory)
         self.shape = shape
 
@@ -68,11 +69,11 @@ class BatchedTreeEngine(BatchedEngine):
         for index, prompt in enumerate(prompts):
             self.drafter.observe(index, prompt, logits[index, : len(prompt)])
 
-    def _drafts(self, running: list[_Sequence], max_new_tokens: int) -> list[DraftTree]:
-        depths = [min(self.gamma, max_new_tokens - len(sequence.new) - 1) for sequence in running]
-        return self.drafter.propose_trees([sequence.committed for sequence in running], depths)
+    def _drafts(self, running: list[Committed], max_new_tokens: int) -> list[DraftTree]:
+        depths = [min(self.gamma, sequence.remaining - 1) for sequence in running]
+        return self.drafter.propose_trees([sequence.context for sequence in running], depths)
 
-    def _verify(self, kv: BatchedKV, running: list[_Sequence], trees: list[DraftTree],
+    def _verify(self, kv: BatchedKV, running: list[Committed], trees: list[DraftTree],
                 max_new_tokens: int) -> None:
         """One target forward over every running sequence's tree; greedy tree verification."""
         rows = [tree.token_list for tree in trees]
@@ -83,7 +84,5 @@ class BatchedTreeEngine(BatchedEngine):
             self.drafter.observe(index, rows[index], own)
             result = verify_greedy(tree, own)
             kept.append(result.kept_nodes)
-            before = len(sequence.new)
-            sequence.commit(result.committed_tokens(tree), max_new_tokens, self.eos_ids)
-            sequence.per_forward.append(len(sequence.new) - before)
+            sequence.add(result.committed_tokens(tree))
         kv.keep_nodes(kept)

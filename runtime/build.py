@@ -8,9 +8,8 @@ import torch
 
 from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, PlanError
-from specplan.core.plan import Plan, StageShape
+from specplan.core.plan import Plan
 from specplan.core.profile import Profile
-from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.drafters.head import HeadDrafter
@@ -95,16 +94,6 @@ def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.dev
                            "recycle or cache")
 
 
-def tree_shape(shape: StageShape) -> TreeShape:
-    """The runtime shape of a plan's tree stage: static parents, or budget/depth best-first.
-
-    A budget shape is grown best-first whether or not ``dynamic`` is set (it has no fixed layout).
-    """
-    if shape.kind != "tree":
-        raise PlanError(f"stage shape {shape.kind!r} is not a tree")
-    return TreeShape(parents=shape.parents) if shape.parents else TreeShape(budget=shape.budget, depth=shape.depth)
-
-
 def pad_id(loaded: LoadedModel) -> int:
     """The id that fills padding in a batch: the tokenizer's pad token, else the smallest EOS id (else 0)."""
     pad = loaded.tokenizer.pad_token_id
@@ -170,7 +159,7 @@ def stage_shape_arguments(stage) -> dict:
     """StageRunner / SpeculativeEngine keyword arguments for a stage's draft shape."""
     if stage.shape.kind == "sequence":
         return {"gamma": stage.shape.gamma}
-    return {"tree": tree_shape(stage.shape)}
+    return {"tree": stage.shape}
 
 
 def build_drafter_chain(stages, profile: Profile, target: LoadedModel, device: torch.device, stop: set[int],

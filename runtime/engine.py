@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
-from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeDrafter, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import ModelSession
+from specplan.runtime.commit import Committed
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
 
@@ -53,11 +55,11 @@ class GenerationResult:
 
 class SpeculativeEngine:
     """Runs plain decoding (no drafter), one sequence stage drafter -> target (``gamma``), or
-    one tree stage (``tree``: a TreeShape, with a TreeDrafter). A drafter that is itself a
+    one tree stage (``tree``: a StageShape, with a Drafter). A drafter that is itself a
     hierarchy (``stage_stats``) reports the totals of the stages below the target."""
 
     def __init__(self, target: torch.nn.Module, device: torch.device, eos_ids: set[int],
-                 drafter: Drafter | TreeDrafter | None = None, gamma: int = 0, tree: TreeShape | None = None,
+                 drafter: Drafter | Drafter | None = None, gamma: int = 0, tree: StageShape | None = None,
                  names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER):
         self.target = ModelSession(target, device, runtime=runtime)
         self.device = device
@@ -75,27 +77,16 @@ class SpeculativeEngine:
         generator = torch.Generator().manual_seed(sampling.seed)
         self.stage.reset()
         stats = self.stage.new_stats()
-        committed = list(prompt_ids)
-        new_tokens: list[int] = []
-        per_forward: list[int] = []
+        text = Committed(prompt_ids, max_new_tokens, self.eos_ids)
         start = now(self.device)
-        self.stage.catch_up(committed)  # prefill
-        stop_reason = "max_new_tokens"
-        while len(new_tokens) < max_new_tokens:
-            result = self.stage.play(committed, max_new_tokens - len(new_tokens), sampling, generator)
+        self.stage.catch_up(text.context)  # prefill
+        while text.remaining > 0 and not text.done:
+            result = self.stage.play(text.context, text.remaining, sampling, generator)
             stats.add(result)
-            chunk = result.chunk[: max_new_tokens - len(new_tokens)]
-            for index, token in enumerate(chunk):
-                if token in self.eos_ids:
-                    chunk, stop_reason = chunk[: index + 1], "eos"
-                    break
-            per_forward.append(len(chunk))
-            committed.extend(chunk)
-            new_tokens.extend(chunk)
+            chunk = text.add(result.chunk)
             if on_commit is not None:
                 on_commit(chunk)
-            if stop_reason == "eos":
-                break
         seconds = now(self.device) - start
-        return GenerationResult(tuple(new_tokens), seconds, len(per_forward), tuple(per_forward),
-                                stats.draft_seconds, stats.verify_seconds, stop_reason, self._stage_stats(stats))
+        return GenerationResult(tuple(text.new), seconds, len(text.per_forward), tuple(text.per_forward),
+                                stats.draft_seconds, stats.verify_seconds, text.stop_reason or "max_new_tokens",
+                                self._stage_stats(stats))

@@ -30,7 +30,6 @@ import torch
 
 from specplan.planner.posterior import LiveCounts
 from specplan.runtime.drafters.base import SamplingConfig
-from specplan.runtime.drafters.recycle import RecycleDrafter
 
 ROW_TOP = 8  # top-k of each target row kept for Token Recycling's table
 
@@ -51,7 +50,7 @@ class _Replay:
         """Show the drafter the request up to a round's root ``committed[-1]`` (``prepare``: index
         the text now, for a table read through ``successors``; a proposal indexes it itself)."""
         root = len(committed) - 1
-        if isinstance(self.drafter, RecycleDrafter) and root > self.fed:
+        if self.drafter.learns_from_top_rows and root > self.fed:
             table = self.drafter.table
             for position in range(self.fed, root):
                 row = self.rows.get(position)
@@ -142,7 +141,7 @@ class LiveAcceptance:
         self.pending: list[tuple[int, list[int], tuple[int, ...] | None, list, list]] = []  # id rows, prob rows
         self.first = 0
         # whether a replayed drafter learns from the target's rows (Token Recycling)
-        self.wants_rows = any(isinstance(score.tree.drafter, RecycleDrafter) for score in self.scores.values())
+        self.wants_rows = any(score.tree.drafter.learns_from_top_rows for score in self.scores.values())
 
     def reset(self, prompt_length: int) -> None:
         self.rows.clear()

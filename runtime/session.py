@@ -27,19 +27,24 @@ from collections.abc import Sequence
 import torch
 
 from specplan.runtime import kv
+from specplan.runtime.backend import Session
 from specplan.runtime.model_steps import model_step
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
 
 
-class ModelSession:
-    """``model``, its KV cache and the token ids the cache holds.
+class ModelSession(Session):
+    """``model``, its KV cache and the token ids the cache holds: the torch backend of the
+    session contract (:class:`~specplan.runtime.backend.Session`).
 
     ``cache``: ``dynamic`` or ``static``; ``max_length``: positions a static cache holds before it
     grows; ``compiled``: compiled steps (static cache only). Unset, they follow ``runtime`` (default
     eager; an explicit ``cache="dynamic"`` also turns compilation off).
     """
+
+    backend = "torch"
+    keep_features = False  # a plain attribute here: set by a draft head that reads this model's hidden states
 
     def __init__(self, model: torch.nn.Module, device: torch.device, cache: str | None = None,
                  max_length: int = DEFAULT_CAPACITY, compiled: bool | None = None, runtime: RuntimeMode = EAGER):
@@ -75,16 +80,6 @@ class ModelSession:
             self.cache = kv.new_cache(self.model)
         self.cached = []
         self.features = None
-
-    def rewind_to(self, context: Sequence[int]) -> list[int]:
-        """Trim the cache to its longest prefix shared with ``context``, keeping at least the
-        last token of ``context`` uncached; return the uncached suffix of ``context``."""
-        shared = 0
-        limit = min(len(self.cached), len(context) - 1)
-        while shared < limit and self.cached[shared] == context[shared]:
-            shared += 1
-        self.trim(shared)
-        return list(context[shared:])
 
     def trim(self, length: int) -> None:
         """Keep only the first ``length`` cached positions (no-op when it holds no more)."""

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig, TreeDrafter, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.sampling import target_probabilities
 from specplan.runtime.session import ModelSession
 from specplan.runtime.timing import now
@@ -85,8 +86,8 @@ class StageRunner:
     commits one token.
     """
 
-    def __init__(self, verifier: ModelSession, drafter: Drafter | TreeDrafter | None = None, gamma: int = 0,
-                 tree: TreeShape | None = None, names: tuple[str, str] = ("none", "target")):
+    def __init__(self, verifier: ModelSession, drafter: Drafter | Drafter | None = None, gamma: int = 0,
+                 tree: StageShape | None = None, names: tuple[str, str] = ("none", "target")):
         self.verifier = verifier
         self.drafter = drafter
         self.gamma = gamma if drafter is not None else 0

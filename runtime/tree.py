@@ -24,7 +24,7 @@ from functools import cached_property
 import torch
 
 from specplan.core.errors import TreeError
-from specplan.core.parents import check_parents
+from specplan.core.parents import check_parents, node_depths
 
 
 
@@ -157,10 +157,7 @@ class DraftTree:
     @cached_property
     def depth(self) -> tuple[int, ...]:
         """Depth of every node (root 0)."""
-        depth = [0] * self.num_nodes
-        for node in range(1, self.num_nodes):
-            depth[node] = depth[self.parents[node]] + 1
-        return tuple(depth)
+        return tuple(node_depths(self.parents))
 
     @cached_property
     def _children(self) -> tuple[tuple[int, ...], ...]:

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specplan.core.errors import TreeError
-from specplan.core.parents import check_parents, node_depths
+from specplan.core.plan import StageShape
 from specplan.runtime.tree import DraftTree
 
 if TYPE_CHECKING:
-    from specplan.runtime.session import ModelSession
+    from specplan.runtime.backend import Session
     from specplan.runtime.stage import StageStats
 
 
@@ -44,71 +43,6 @@ class Proposal:
     draft_probs: torch.Tensor | None = None  # [gamma, vocab] float32
 
 
-@dataclass(frozen=True)
-class TreeShape:
-    """What a tree stage grows (docs/planner-math.md section 2).
-
-    Either a static ``parents`` array (the planner's DP tree, Sequoia arXiv 2402.12374: node 0
-    is the root, the children of a node are the drafter's top-ranked tokens in rank order), or
-    ``budget`` nodes (root included: the verifier forward's width) of depth at most ``depth``,
-    grown best-first at run time (EAGLE-2 arXiv 2406.16858, DySpec arXiv 2410.11744).
-
-    Raises
-    ------
-    TreeError
-        If ``parents`` is not a tree, or a budget shape has ``budget < 1`` or ``depth < 1``.
-
-    Example
-    -------
-    >>> TreeShape(parents=(-1, 0, 0, 1)).max_depth, TreeShape(budget=8, depth=3).size
-    (2, 8)
-    """
-
-    parents: tuple[int, ...] = ()  # [num_nodes] static shape; empty for a budget shape
-    budget: int = 0  # nodes, root included (budget shapes)
-    depth: int = 0  # depth cap (budget shapes)
-
-    def __post_init__(self) -> None:
-        if self.parents:
-            object.__setattr__(self, "parents", check_parents(self.parents))
-        elif self.budget < 1 or self.depth < 1:
-            raise TreeError(
-                f"a tree shape needs a parent array or budget >= 1 and depth >= 1 (got budget {self.budget}, "
-                f"depth {self.depth}); e.g. budget 16, depth 4"
-            )
-
-    @property
-    def is_static(self) -> bool:
-        return bool(self.parents)
-
-    @property
-    def size(self) -> int:
-        """Most nodes a tree of this shape has, root included."""
-        return len(self.parents) if self.parents else self.budget
-
-    @property
-    def max_depth(self) -> int:
-        return max(node_depths(self.parents)) if self.parents else self.depth
-
-    def capped(self, depth: int) -> "TreeShape | None":
-        """The same shape without nodes deeper than ``depth`` (None when ``depth < 1``: no draft)."""
-        if depth < 1:
-            return None
-        if depth >= self.max_depth:
-            return self
-        if not self.parents:
-            return TreeShape(budget=self.budget, depth=depth)
-        kept, depths, index = [], [0] * len(self.parents), {0: 0}
-        for node, parent in enumerate(self.parents):
-            if node:
-                depths[node] = depths[parent] + 1
-                if depths[node] > depth:
-                    continue
-                index[node] = len(kept)
-            kept.append(-1 if node == 0 else index[parent])
-        return TreeShape(parents=tuple(kept))
-
-
 class Drafter(ABC):
     """Every method the runtime calls on a drafter; nothing is probed with getattr.
 
@@ -130,6 +64,9 @@ class Drafter(ABC):
 
     name: str
     learns_from_verifier: bool = False
+    # learns only from the top-k of each verifier row, through its ``table`` (``set_row`` /
+    # ``update_top``): the adaptive engine may then reduce the forwards to top-k rows first
+    learns_from_top_rows: bool = False
     reads_verifier_cache: bool = False
 
     @abstractmethod
@@ -140,7 +77,7 @@ class Drafter(ABC):
         """Up to ``gamma`` draft tokens (fewer, even none, when the drafter has nothing)."""
         raise TypeError(f"drafter {self.name!r} drafts trees only; give its stage a tree shape")
 
-    def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def propose_tree(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         """A draft tree of at most ``shape.size`` nodes continuing ``committed``."""
         raise TypeError(f"drafter {self.name!r} drafts sequences only; give its stage a sequence shape")
@@ -148,10 +85,10 @@ class Drafter(ABC):
     def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         """See one verifier forward: ``tokens`` [n] fed, ``logits`` [n, vocab]."""
 
-    def attach_verifier(self, verifier: "ModelSession") -> None:
+    def attach_verifier(self, verifier: "Session") -> None:
         """Be told the session of the model that verifies this drafter's stage."""
 
-    def sessions(self) -> list["ModelSession"]:
+    def sessions(self) -> list["Session"]:
         """The model sessions this drafter runs (none for a retrieval drafter)."""
         return []
 
@@ -159,6 +96,3 @@ class Drafter(ABC):
         """Totals of the stages below this drafter, bottom first (empty unless it is a middle model)."""
         return []
 
-
-# Tree stages take the same interface; the alias names what a stage expects.
-TreeDrafter = Drafter

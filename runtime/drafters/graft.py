@@ -19,8 +19,9 @@ from collections.abc import Sequence
 
 import torch
 
+from specplan.core.plan import StageShape
 from specplan.core.errors import TreeError
-from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.runtime.drafters.tree_growth import Growth
 from specplan.runtime.tree import DraftTree
 
@@ -131,7 +132,7 @@ class GraftDrafter(Drafter):
     def sessions(self) -> list:
         return self.model.sessions()
 
-    def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def propose_tree(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         """The model tree of ``shape`` with up to ``graft_budget`` nodes (fewer in a smaller, capped
         shape: at most all but the root) given to retrieved tokens."""
@@ -139,6 +140,6 @@ class GraftDrafter(Drafter):
         budget = min(self.graft_budget, shape.size - 1)
         if budget < 1:
             return growth.draft_tree()
-        retrieval_shape = TreeShape(budget=budget + 1, depth=shape.max_depth)
+        retrieval_shape = StageShape("tree", budget=budget + 1, depth=shape.max_depth, dynamic=True)
         retrieved = self.retrieval.propose_tree(committed, retrieval_shape, sampling, generator)
         return graft(growth, retrieved, shape.size)

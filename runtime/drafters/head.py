@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.drafters.model import choose_token
 from specplan.runtime.drafters.model_tree import grow_tree, level_mask
 from specplan.runtime.drafters.tree_growth import Growth
@@ -135,11 +136,11 @@ class HeadDrafter(Drafter):
                 estimate = self.session.estimates[-1:]
         return ranks
 
-    def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def propose_tree(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         return self.grow(committed, shape, sampling, generator).draft_tree()
 
-    def grow(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def grow(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
              generator: torch.Generator) -> Growth:
         """The grown tree with its node scores (graft prunes by them)."""
         if len(committed) < 2:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from specplan.runtime.commit import Committed
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.stage import StageRunner, StageStats
 
@@ -52,21 +53,13 @@ class HierarchyDrafter(Drafter):
         if not self.stats:
             self.stats = [self.stage.new_stats()]
         self.stage.catch_up(committed, fold=True)  # the missing draft token joins the next verify
-        context = list(committed)
-        tokens: list[int] = []
+        draft = Committed(committed, gamma, self.eos_ids)
         rows: list[torch.Tensor] = []
         want_probs = not sampling.greedy
-        while len(tokens) < gamma:
-            result = self.stage.play(context, gamma - len(tokens), sampling, generator, want_probs)
+        while draft.remaining > 0 and not draft.done:
+            result = self.stage.play(draft.context, draft.remaining, sampling, generator, want_probs)
             self.stats[0].add(result)
-            chunk = result.chunk[: gamma - len(tokens)]
+            chunk = draft.add(result.chunk)
             if result.verifier_probs is not None:
                 rows.append(result.verifier_probs[: len(chunk)])
-            tokens.extend(chunk)
-            context.extend(chunk)
-            if any(token in self.eos_ids for token in chunk):
-                cut = next(index for index, token in enumerate(tokens) if token in self.eos_ids) + 1
-                tokens = tokens[:cut]
-                rows = [torch.cat(rows)[:cut]] if rows else rows
-                break
-        return Proposal(tuple(tokens), torch.cat(rows) if rows else None)
+        return Proposal(tuple(draft.new), torch.cat(rows) if rows else None)

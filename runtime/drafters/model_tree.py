@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.runtime.drafters.tree_growth import Children, Growth, grow_best_first, grow_static
 from specplan.runtime.sampling import target_probabilities
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -99,7 +100,7 @@ def level_mask(growth: Growth, nodes: list[int], slots: dict[int, int], committe
     return LevelMask(allowed, [committed_length - 1 + growth.depth[node] for node in nodes])
 
 
-def grow_tree(level_logits, root_logits: torch.Tensor, root_token: int, shape: TreeShape, sampling: SamplingConfig,
+def grow_tree(level_logits, root_logits: torch.Tensor, root_token: int, shape: StageShape, sampling: SamplingConfig,
               generator: torch.Generator, width: int) -> Growth:
     """Grow ``shape`` (static, or best-first up to ``width`` children a node) from a neural
     drafter: ``root_logits`` [1, vocab] rank the root's children, ``level_logits(growth, nodes)``
@@ -128,11 +129,11 @@ class ModelTreeDrafter(Drafter):
     def sessions(self) -> list[ModelSession]:
         return [self.session]
 
-    def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def propose_tree(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         return self.grow(committed, shape, sampling, generator).draft_tree()
 
-    def grow(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def grow(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
              generator: torch.Generator) -> Growth:
         """The grown tree with its node scores (graft prunes by them)."""
         root_logits = self.session.extend(self.session.rewind_to(committed))[-1:]  # [1, vocab]

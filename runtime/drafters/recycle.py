@@ -55,6 +55,7 @@ class SuccessorTable:
 
 class RecycleDrafter(RetrievalTreeDrafter):
     learns_from_verifier = True  # its successor table is the verifier's top-k (arXiv 2408.08696)
+    learns_from_top_rows = True
     """``recycle``: an adjacency table of each token's top-k successors, fed by the target."""
 
     context_tokens = 1

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.drafters.tree_growth import Children, Growth, grow_best_first, grow_static
 from specplan.runtime.tree import DraftTree
 
@@ -48,7 +49,7 @@ class RetrievalTreeDrafter(Drafter):
         """At most ``count`` ranked candidates for the token after ``context``."""
         raise NotImplementedError
 
-    def grow(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig | None = None,
+    def grow(self, committed: list[int], shape: StageShape, sampling: SamplingConfig | None = None,
              generator: torch.Generator | None = None) -> Growth:
         """The tree grown from the root ``committed[-1]`` (sampling settings are not needed)."""
         self.prepare(committed)
@@ -61,7 +62,7 @@ class RetrievalTreeDrafter(Drafter):
             return grow_static(expand, committed[-1], shape.parents)
         return grow_best_first(expand, committed[-1], shape.budget, shape.depth, self.width)
 
-    def propose_tree(self, committed: list[int], shape: TreeShape, sampling: SamplingConfig,
+    def propose_tree(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         return self.grow(committed, shape, sampling, generator).draft_tree()
 

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from planner_instances import brute_force_tree_values, ordered_trees, rank_vector, tree_parents
+from tests.planner.planner_instances import brute_force_tree_values, ordered_trees, rank_vector, tree_parents
+from specplan.core.parents import depth_and_width
 from specplan.planner.tree_dp import (
     best_tree,
     choose_tree,
@@ -15,7 +16,6 @@ from specplan.planner.tree_dp import (
     sibling_ranks,
     solve_tree_table,
     tree_from_table,
-    tree_shape,
     tree_value,
 )
 
@@ -48,8 +48,8 @@ def test_dp_equals_brute_force_and_tree_attains_it(seed, depth, width):
         assert all(0 <= parents[i] < i for i in range(1, nodes))
         assert solution.ranks == sibling_ranks(parents)
         assert max(solution.ranks, default=0) < width
-        assert solution.depth == tree_shape(parents)[0] <= depth
-        assert solution.width == tree_shape(parents)[1]
+        assert solution.depth == depth_and_width(parents)[0] <= depth
+        assert solution.width == depth_and_width(parents)[1]
         assert tree_value(parents, accept) == pytest.approx(solution.value, rel=1e-12)
 
 

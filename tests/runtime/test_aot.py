@@ -13,11 +13,12 @@ import shutil
 import pytest
 import torch
 
+from specplan.core.plan import StageShape
 from specplan.core.runtime_modes import RuntimeMode
 from specplan.runtime import aot_store, model_steps
 from specplan.runtime.aot_step import AotStep
 from specplan.runtime.compiled import CompiledStep
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
@@ -59,7 +60,7 @@ def test_a_session_runs_the_package_and_gives_the_dynamic_logits(target):
     assert session.step.calls - before == 5  # every forward but the first (it allocates the buffers)
 
 
-@pytest.mark.parametrize("shape", [None, TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))], ids=["sequence", "tree"])
+@pytest.mark.parametrize("shape", [None, StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))], ids=["sequence", "tree"])
 def test_the_package_engine_is_token_identical_to_plain_greedy(target, shape):
     drafter = RecycleDrafter() if shape else NgramDrafter(3)
     engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=0 if shape else 4, tree=shape,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specplan.runtime import batched
-from specplan.runtime.batched import BatchedEngine, accepted_length
+from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_cache import BatchedKV
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
 from specplan.runtime.drafters.base import SamplingConfig
@@ -105,12 +105,6 @@ def test_rollback_leaves_holes_that_the_mask_hides():
         with torch.no_grad():
             alone = target(torch.tensor([text])).logits[0, -1]
         torch.testing.assert_close(logits[index, 0], alone, rtol=1e-4, atol=1e-4)
-
-
-def test_accepted_length_stops_at_the_first_mismatch():
-    assert accepted_length((4, 5, 6), [4, 5, 6, 7]) == 3
-    assert accepted_length((4, 5, 6), [9, 5, 6, 7]) == 0
-    assert accepted_length((), [3]) == 0
 
 
 def test_bad_batches_are_refused():

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specplan.core.plan import StageShape
 from specplan.runtime.batched_cache import BatchedKV
 from specplan.runtime.batched_tree import BatchedTreeEngine, PerSequenceTreeDrafters
-from specplan.runtime.drafters.base import TreeShape
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
@@ -19,7 +19,7 @@ from tests.runtime.test_batched import CPU, NEW_TOKENS, PROMPTS, plain_alone, re
 from tests.runtime.tiny_models import tiny_llama
 
 DRAFTERS = {"ngram": lambda: NgramTreeDrafter(2), "cache": CacheDrafter, "recycle": RecycleDrafter}
-SHAPES = {"static": TreeShape(parents=(-1, 0, 0, 1, 1, 3)), "best-first": TreeShape(budget=6, depth=3)}
+SHAPES = {"static": StageShape("tree", parents=(-1, 0, 0, 1, 1, 3)), "best-first": StageShape("tree", budget=6, depth=3, dynamic=True)}
 
 
 def engine_for(target, name: str, shape: str, compact_holes: float = 1.0, eos=frozenset()) -> BatchedTreeEngine:

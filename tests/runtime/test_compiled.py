@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from specplan.core.plan import StageShape
 from specplan.core.runtime_modes import RuntimeMode
 from specplan.runtime import compiled
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
@@ -84,7 +85,7 @@ def test_two_models_of_one_shape_keep_their_own_weights(target):
         assert_same_logits(reference, script(ModelSession(model, CPU, cache="static", compiled=True)))
 
 
-@pytest.mark.parametrize("shape", [None, TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))], ids=["sequence", "tree"])
+@pytest.mark.parametrize("shape", [None, StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))], ids=["sequence", "tree"])
 def test_compiled_engine_is_token_identical_to_plain(target, shape):
     drafter = RecycleDrafter() if shape else NgramDrafter(3)
     engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=0 if shape else 4, tree=shape,
@@ -116,8 +117,8 @@ def test_compiled_steps_keep_a_heads_features_aligned(target):
     torch.testing.assert_close(session.features, true_features(target, session.cached), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("shape", [dict(gamma=4), dict(tree=TreeShape(budget=10, depth=4)),
-                                   dict(tree=TreeShape(parents=(-1, 0, 0, 0, 1, 1)), graft=2)],
+@pytest.mark.parametrize("shape", [dict(gamma=4), dict(tree=StageShape("tree", budget=10, depth=4, dynamic=True)),
+                                   dict(tree=StageShape("tree", parents=(-1, 0, 0, 0, 1, 1)), graft=2)],
                          ids=["chain", "dynamic-tree", "static-tree-grafted"])
 def test_a_head_over_a_compiled_verifier_drafts_exactly_and_is_greedy_identical(target, shape, monkeypatch):
     from specplan.runtime.drafters.graft import GraftDrafter

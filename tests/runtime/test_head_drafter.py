@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.drafters.head import HeadDrafter
 from specplan.runtime.drafters.head_model import DraftHead, head_config, load_head, save_head
@@ -18,8 +19,8 @@ from tests.runtime.test_tree_engine import PROMPT, chi_square_pvalue, third_toke
 from tests.runtime.tiny_models import TINY_VOCAB, tiny_llama
 
 CPU = torch.device("cpu")
-STATIC = TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
-DYNAMIC = TreeShape(budget=10, depth=4)
+STATIC = StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
+DYNAMIC = StageShape("tree", budget=10, depth=4, dynamic=True)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

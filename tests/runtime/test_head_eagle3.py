@@ -20,8 +20,8 @@ from specplan.runtime.drafters.head_model import load_head, read_head, save_head
 from specplan.runtime.engine import SpeculativeEngine
 
 from tests.engine_records import load_record
-from tests.runtime.test_distill import VOCAB, four_layer_llama
-from tests.runtime.test_distill_head import SMALL, head_data
+from tests.distill.test_distill import VOCAB, four_layer_llama
+from tests.distill.test_distill_head import SMALL, head_data
 
 CPU = torch.device("cpu")
 PROMPTS = ([3, 17, 40, 22, 9, 61, 5, 33], [1, 2, 3, 4, 5], [70, 12, 12, 80, 4, 44, 90])

@@ -12,13 +12,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specplan.core.plan import StageShape
 from specplan.core.runtime_modes import RuntimeMode
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.prompts import spec_bench_split, stratified
 from specplan.runtime import compiled
 from specplan.runtime.build import build_tree_drafter, eos_ids
 from specplan.models.chat import encode_prompt
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
@@ -26,7 +27,7 @@ from specplan.models.load import load_model
 
 CPU = torch.device("cpu")
 NEW_TOKENS = 32
-RECYCLE_TREE = TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
+RECYCLE_TREE = StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
 
 pytestmark = [pytest.mark.slow, pytest.mark.realmodel, pytest.mark.usefixtures("one_thread")]
 
@@ -60,7 +61,7 @@ def test_fp32_static_and_compiled_runtimes_are_token_identical(real_target, monk
     static, compiled_mode = RuntimeMode("static"), RuntimeMode("compiled")
     layerskip = build_tree_drafter(parse_drafter_spec("layerskip:20"), real_target, CPU, runtime=static)
     check(SpeculativeEngine(real_target.model, CPU, eos, runtime=static), pairs, "static plain")
-    check(SpeculativeEngine(real_target.model, CPU, eos, layerskip, tree=TreeShape(budget=6, depth=2), runtime=static),
+    check(SpeculativeEngine(real_target.model, CPU, eos, layerskip, tree=StageShape("tree", budget=6, depth=2, dynamic=True), runtime=static),
           pairs, "static layerskip tree")
     monkeypatch.setattr(compiled, "BUCKETS", (16,))
     engines = {

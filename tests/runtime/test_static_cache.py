@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specplan.core.plan import StageShape
 from specplan.core.errors import SpecplanError
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.core.runtime_modes import RuntimeMode, runtime_from_environment
 from specplan.runtime.session import ModelSession
@@ -120,7 +121,7 @@ def test_sequence_engine_is_token_identical_with_the_static_cache(name):
         assert list(engine.generate(prompt, 24, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 24)
 
 
-@pytest.mark.parametrize("shape", [TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7)), TreeShape(budget=10, depth=4)],
+@pytest.mark.parametrize("shape", [StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7)), StageShape("tree", budget=10, depth=4, dynamic=True)],
                          ids=["static", "dynamic"])
 @pytest.mark.parametrize("name", ["model", "layerskip", "recycle"])
 def test_tree_engine_is_token_identical_with_the_static_cache(name, shape):

@@ -12,7 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter, graft
 from specplan.runtime.drafters.model_tree import ModelTreeDrafter, draw_without_replacement
@@ -105,10 +106,10 @@ def test_static_growth_follows_the_shape_with_top_ranked_children():
 
 
 def test_tree_shape_capped_drops_deep_nodes():
-    shape = TreeShape(parents=(-1, 0, 1, 2, 0, 4))
+    shape = StageShape("tree", parents=(-1, 0, 1, 2, 0, 4))
     assert shape.capped(2).parents == (-1, 0, 1, 0, 3)
     assert shape.capped(3) is shape and shape.capped(0) is None
-    assert TreeShape(budget=8, depth=5).capped(2) == TreeShape(budget=8, depth=2)
+    assert StageShape("tree", budget=8, depth=5, dynamic=True).capped(2) == StageShape("tree", budget=8, depth=2, dynamic=True)
 
 
 def recomputed_logits(model, ids: list[int]) -> torch.Tensor:
@@ -116,7 +117,7 @@ def recomputed_logits(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0, -1]  # [vocab]
 
 
-@pytest.mark.parametrize("shape", [TreeShape(parents=(-1, 0, 0, 1, 1, 2, 3, 6)), TreeShape(budget=12, depth=4)],
+@pytest.mark.parametrize("shape", [StageShape("tree", parents=(-1, 0, 0, 1, 1, 2, 3, 6)), StageShape("tree", budget=12, depth=4, dynamic=True)],
                          ids=["static", "dynamic"])
 def test_model_tree_children_are_the_top_tokens_of_a_full_recompute(shape):
     """Each level's forward (tree mask over a cache holding earlier levels) equals recomputing the path."""
@@ -147,7 +148,7 @@ def test_model_tree_sampled_children_carry_their_draft_rows():
     drafter = ModelTreeDrafter("tiny", model, CPU)
     committed = [3, 17, 42, 17, 8]
     sampling = SamplingConfig(0.8, 0.9, seed=1)
-    tree = drafter.propose_tree(committed, TreeShape(parents=(-1, 0, 0, 0, 1, 1, 4)), sampling,
+    tree = drafter.propose_tree(committed, StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 4)), sampling,
                                 torch.Generator().manual_seed(1))
     assert tree.sampled == (False,) + (True,) * (tree.num_nodes - 1)
     for node in range(tree.num_nodes):
@@ -164,7 +165,7 @@ def test_model_tree_sampled_children_carry_their_draft_rows():
 def test_ngram_tree_offers_every_continuation_of_the_context():
     committed = [1, 2, 3, 10, 11, 4, 1, 2, 3, 20, 21, 5, 1, 2, 3]
     drafter = NgramTreeDrafter(3)
-    tree = drafter.propose_tree(committed, TreeShape(budget=7, depth=3), GREEDY, torch.Generator())
+    tree = drafter.propose_tree(committed, StageShape("tree", budget=7, depth=3, dynamic=True), GREEDY, torch.Generator())
     assert {(20, 21, 5), (10, 11, 4)} <= tree_paths(tree)
     assert [tree.token_list[child] for child in tree.children(0)][:2] == [20, 10]  # most recent first
     assert drafter.propose(committed, 2, GREEDY, torch.Generator()).tokens == (20, 21)
@@ -176,9 +177,9 @@ def test_recycle_learns_from_target_forwards_and_expands_breadth_first():
     logits = torch.full((3, 10), -10.0)  # [3, vocab]: after 1 -> 2 (then 3), after 2 -> 5, after 5 -> 1
     logits[0, 2], logits[0, 3], logits[1, 5], logits[2, 1] = 5.0, 4.0, 5.0, 5.0
     drafter.observe([1, 2, 5], logits)
-    tree = drafter.propose_tree([9, 1], TreeShape(parents=(-1, 0, 0, 1, 3)), GREEDY, torch.Generator())
+    tree = drafter.propose_tree([9, 1], StageShape("tree", parents=(-1, 0, 0, 1, 3)), GREEDY, torch.Generator())
     assert tree.token_list == (1, 2, 3, 5, 1) and tree.sampled is None
-    dynamic = drafter.propose_tree([9, 1], TreeShape(budget=4, depth=3), GREEDY, torch.Generator())
+    dynamic = drafter.propose_tree([9, 1], StageShape("tree", budget=4, depth=3, dynamic=True), GREEDY, torch.Generator())
     assert dynamic.token_list == (1, 2, 5, 1)  # the confident chain beats the second-ranked sibling
     assert drafter.propose([1], 3, GREEDY, torch.Generator()).tokens == (2, 5, 1)
     drafter.observe([1], torch.nn.functional.one_hot(torch.tensor([7]), 10).float() * 9)
@@ -190,7 +191,7 @@ def test_recycle_learns_from_target_forwards_and_expands_breadth_first():
 def test_cache_drafter_is_an_lru_table_that_can_persist():
     text = [1, 2, 3, 4, 1, 2, 5, 1, 2]
     drafter = CacheDrafter(max_ngram=2)
-    tree = drafter.propose_tree(text, TreeShape(budget=5, depth=2), GREEDY, torch.Generator())
+    tree = drafter.propose_tree(text, StageShape("tree", budget=5, depth=2, dynamic=True), GREEDY, torch.Generator())
     assert [tree.token_list[child] for child in tree.children(0)] == [5, 3]  # most recent follower first
     drafter.reset()
     assert drafter.propose([7, 1, 2], 2, GREEDY, torch.Generator()).tokens == ()
@@ -233,10 +234,10 @@ def test_graft_drafter_grafts_retrieved_tokens_into_a_model_tree():
     model = tiny_llama("eager", seed=1)
     committed = [1, 2, 3, 40, 41, 42, 1, 2, 3]
     drafter = GraftDrafter(ModelTreeDrafter("tiny", model, CPU), NgramTreeDrafter(3), graft_budget=3)
-    for shape in (TreeShape(budget=8, depth=3), TreeShape(parents=(-1, 0, 0, 1, 1, 2, 3, 3))):
+    for shape in (StageShape("tree", budget=8, depth=3, dynamic=True), StageShape("tree", parents=(-1, 0, 0, 1, 1, 2, 3, 3))):
         tree = drafter.propose_tree(committed, shape, GREEDY, torch.Generator())
         assert tree.num_nodes == 8 and (40, 41, 42) in tree_paths(tree)
-    small = drafter.propose_tree(committed, TreeShape(parents=(-1, 0)), GREEDY, torch.Generator())
+    small = drafter.propose_tree(committed, StageShape("tree", parents=(-1, 0)), GREEDY, torch.Generator())
     assert small.num_nodes == 2  # the capped shape at the end of a generation: no room to graft
 
 
@@ -262,6 +263,6 @@ def test_a_retrieval_sequence_is_the_rank0_chain_of_its_static_tree(seed):
     for drafter in (NgramTreeDrafter(2), NgramTreeDrafter(3), CacheDrafter(), recycle):
         for cut in (5, 20, 40, 60):
             for gamma in (1, 3, 8):
-                chain = TreeShape(parents=(-1, *range(gamma)))
+                chain = StageShape("tree", parents=(-1, *range(gamma)))
                 tree = drafter.propose_tree(text[:cut], chain, GREEDY, torch.Generator()).token_list[1:]
                 assert tuple(drafter.propose(text[:cut], gamma, GREEDY, torch.Generator()).tokens) == tuple(tree)

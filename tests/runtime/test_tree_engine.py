@@ -15,7 +15,7 @@ from specplan.core.errors import PlanError, TreeError
 from specplan.core.plan import Plan, Prediction, Stage, StageShape, plan_from_dict, plan_to_dict
 from specplan.core.profile import DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
 from specplan.runtime.build import build_engine
-from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
@@ -29,8 +29,8 @@ from tests.runtime.test_engine import PROMPTS, reference_greedy
 from tests.runtime.tiny_models import TINY_VOCAB, tiny_llama
 
 CPU = torch.device("cpu")
-STATIC = TreeShape(parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))  # 10 nodes, depth 4
-DYNAMIC = TreeShape(budget=10, depth=4)
+STATIC = StageShape("tree", parents=(-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))  # 10 nodes, depth 4
+DYNAMIC = StageShape("tree", budget=10, depth=4, dynamic=True)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -206,10 +206,10 @@ def test_build_engine_runs_single_stage_tree_plans(drafter, shape):
 
 
 @pytest.mark.parametrize("make, error", [
-    (lambda: TreeShape(budget=0, depth=3), TreeError),
-    (lambda: TreeShape(budget=4, depth=0), TreeError),
-    (lambda: TreeShape(parents=(-1, 2, 0)), TreeError),
-    (lambda: TreeShape(parents=(0, 0)), TreeError),
+    (lambda: StageShape("tree", budget=0, depth=3, dynamic=True), PlanError),
+    (lambda: StageShape("tree", budget=4, depth=0, dynamic=True), PlanError),
+    (lambda: StageShape("tree", parents=(-1, 2, 0)), PlanError),
+    (lambda: StageShape("tree", parents=(0, 0)), PlanError),
     (lambda: StageShape("tree", budget=0, depth=3), PlanError),
     (lambda: StageShape("tree", parents=(-1, 1)), PlanError),
     (lambda: StageShape("tree", budget=4, depth=2, graft="recycle", graft_budget=4), PlanError),

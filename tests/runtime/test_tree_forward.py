@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import TINY_VOCAB, tiny_llama
+from tests.runtime.tiny_models import TINY_VOCAB, tiny_llama
 
 from specplan.runtime.kv import cache_length, keep_nodes, new_cache
 from specplan.runtime.tree import DraftTree

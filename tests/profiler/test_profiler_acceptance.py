@@ -7,7 +7,8 @@ import types
 import pytest
 import torch
 
-from specplan.runtime.drafters.base import Drafter, SamplingConfig, TreeShape
+from specplan.core.plan import StageShape
+from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
@@ -163,7 +164,7 @@ class RecordingNgramTree(NgramTreeDrafter):
 def test_retrieval_rank_replay_plays_the_tree_engines_rounds():
     """A full binary tree of depth 2 (the replay's tree for width 2, gamma 2) on the engine."""
     target, new_tokens, depth = tiny_llama("sdpa", seed=0), 40, 2
-    shape, full_depth = TreeShape(parents=(-1, 0, 0, 1, 1, 2, 2)), []
+    shape, full_depth = StageShape("tree", parents=(-1, 0, 0, 1, 1, 2, 2)), []
     for prompt in PROMPTS:
         runtime = RecordingNgramTree(3)
         result = SpeculativeEngine(target, CPU, set(), drafter=runtime, tree=shape).generate(

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from specplan.core.plan import StageShape
 from specplan.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
 from specplan.distill.data import TrainingSequence
 from specplan.distill.head_data import HeadSequence, choose_vocabulary, coverage, target_features
@@ -17,7 +18,7 @@ from specplan.distill.train import train
 from specplan.runtime.drafters.head import HeadDrafter
 from specplan.profiler.acceptance import AcceptanceCounter
 from specplan.profiler.head_acceptance import replay_head
-from tests.runtime.test_distill import VOCAB, four_layer_llama, synthetic_sequences
+from tests.distill.test_distill import VOCAB, four_layer_llama, synthetic_sequences
 
 CPU = torch.device("cpu")
 SMALL = TrainConfig(steps=30, learning_rate=3e-3, warmup_steps=2, min_learning_rate_fraction=1.0,
@@ -108,7 +109,7 @@ def test_distilled_head_is_lossless_in_plans(head_dir, tiny_model_dir, one_threa
     from specplan.core.drafter_spec import parse_drafter_spec
     from specplan.runtime.build import build_drafter, build_tree_drafter
     from specplan.models.chat import encode_prompt
-    from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+    from specplan.runtime.drafters.base import SamplingConfig
     from specplan.runtime.engine import SpeculativeEngine
     from specplan.models.load import load_model
 
@@ -119,7 +120,7 @@ def test_distilled_head_is_lossless_in_plans(head_dir, tiny_model_dir, one_threa
     prompt = encode_prompt(target.tokenizer, "Name three colors of the rainbow.")
     plain = SpeculativeEngine(target.model, CPU, set()).generate(prompt, 16, SamplingConfig()).token_ids
     chain = SpeculativeEngine(target.model, CPU, set(), build_drafter(spec, target, CPU).drafter, gamma=3)
-    tree = SpeculativeEngine(target.model, CPU, set(), build_tree_drafter(spec, target, CPU), tree=TreeShape(budget=8, depth=3))
+    tree = SpeculativeEngine(target.model, CPU, set(), build_tree_drafter(spec, target, CPU), tree=StageShape("tree", budget=8, depth=3, dynamic=True))
     assert chain.generate(prompt, 16, SamplingConfig()).token_ids == plain
     assert tree.generate(prompt, 16, SamplingConfig()).token_ids == plain
 

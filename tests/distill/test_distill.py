@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specplan.core.plan import StageShape
 from specplan.core.errors import SpecplanError
 from specplan.distill.config import DataConfig, DistillConfig, EvalConfig, TrainConfig
 from specplan.distill.data import TrainingSequence, target_top_logprobs
@@ -229,7 +230,7 @@ def test_distilled_drafter_is_lossless_as_model_drafter(distilled, tiny_model_di
     from specplan.runtime.build import build_drafter as build_runtime_drafter
     from specplan.runtime.build import build_tree_drafter
     from specplan.models.chat import encode_prompt
-    from specplan.runtime.drafters.base import SamplingConfig, TreeShape
+    from specplan.runtime.drafters.base import SamplingConfig
     from specplan.runtime.engine import SpeculativeEngine
     from specplan.models.load import load_model
 
@@ -241,7 +242,7 @@ def test_distilled_drafter_is_lossless_as_model_drafter(distilled, tiny_model_di
     plain = SpeculativeEngine(target.model, CPU, set()).generate(prompt, 20, SamplingConfig())
     chain = SpeculativeEngine(target.model, CPU, set(), built.drafter, 4).generate(prompt, 20, SamplingConfig())
     tree = SpeculativeEngine(target.model, CPU, set(), build_tree_drafter(spec, target, CPU, built.model),
-                             tree=TreeShape(budget=8, depth=3)).generate(prompt, 20, SamplingConfig())
+                             tree=StageShape("tree", budget=8, depth=3, dynamic=True)).generate(prompt, 20, SamplingConfig())
     assert chain.token_ids == plain.token_ids == tree.token_ids
     assert chain.target_forwards <= plain.target_forwards
 
