@@ -4,7 +4,7 @@ L_engine / L_unrestricted - 1``; section 11.3 for a profile with T(n, b)).
 
 Each profile is exported as ``specplan export`` does (:func:`specplan.planner.export_pasted.pasted_export`,
 budget 64, depth 8, temperature 0), naming the models without looking for files on this machine,
-so the page is the same wherever it is generated. tests/test_export_stored.py holds every
+so the page is the same wherever it is generated. tests/planner/test_export_stored.py holds every
 command to the engine's recorded or installed interface. Run from the repository root:
 
     .venv/bin/python benchmarks/export_table.py [--output docs/exports.md] [--check]
@@ -41,7 +41,7 @@ llama.cpp's for `cpu-llamacpp`), not measurements of the engines. Models are nam
 looking at this machine's files: Hugging Face repositories for vLLM, SGLang and transformers,
 GGUF file names for llama.cpp (`specplan export` prints the path it finds, and writes the
 drafter files the command loads). Drafter folders (`out/...`) are relative to where the profile
-was made. `tests/test_export_stored.py` checks every command against the engine's recorded or
+was made. `tests/planner/test_export_stored.py` checks every command against the engine's recorded or
 installed interface (docs/guide.md, "Planning for other devices and serving engines").
 """
 

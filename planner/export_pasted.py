@@ -2,7 +2,7 @@
 
 ``specplan export`` prints this (docs/guide.md, "Planning for other devices and serving
 engines"); ``benchmarks/export_table.py`` writes it for every stored profile into
-docs/exports.md and ``tests/test_export_stored.py`` holds each one to the engine's interface.
+docs/exports.md and ``tests/planner/test_export_stored.py`` holds each one to the engine's interface.
 The re-solve is :func:`.export.export_plan` (planner-math.md section 10, ``loss = L_engine /
 L_unrestricted - 1``); a profile with T(n, b) at more than batch 1 adds the schedule per batch
 size (planner-math.md section 11.3, SmartSpec arXiv 2406.14066): vLLM's

@@ -30,7 +30,7 @@ started=$(date +%s)
 say() { echo "gpu-check [$(( $(date +%s) - started ))s] $*"; }
 
 say "CUDA tests"
-"$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
+"$PY" -m pytest -q -m cuda -p no:cacheprovider tests/runtime/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
 
 for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do
     for runtime in eager compiled; do

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner_instances import linear_curve
+from tests.planner.planner_instances import linear_curve
 from specplan.core.errors import PlanError
 from specplan.planner import NoCandidatesError, PlannerInputError, PlannerWarning, PlanOptions, solve_plan
 from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry

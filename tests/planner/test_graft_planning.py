@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from planner_instances import (
+from tests.planner.planner_instances import (
     linear_curve,
     ordered_trees,
     plain_latency,

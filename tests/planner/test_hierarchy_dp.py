@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from planner_instances import plain_latency, random_profile, reference_chain_cost, with_histograms
+from tests.planner.planner_instances import plain_latency, random_profile, reference_chain_cost, with_histograms
 from specplan.core.plan import Stage, StageShape
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.tree_dp import choose_tree

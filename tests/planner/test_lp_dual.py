@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner_instances import random_profile, with_histograms
+from tests.planner.planner_instances import random_profile, with_histograms
 from specplan.planner import PlanOptions
 from specplan.planner.costs import build_cost_model
 from specplan.planner.hierarchy import solve_hierarchy

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from planner_instances import leviathan, linear_curve, plain_latency, random_profile, rank_vector
+from tests.planner.planner_instances import leviathan, linear_curve, plain_latency, random_profile, rank_vector
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.tree_dp import choose_tree
 from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner_instances import leviathan, reference_accepted
+from tests.planner.planner_instances import leviathan, reference_accepted
 from specplan.planner.sequence import (
     expected_accepted,
     expected_accepted_from_histogram,

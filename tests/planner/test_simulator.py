@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner_instances import random_profile, rank_vector, reference_accepted, with_histograms
+from tests.planner.planner_instances import random_profile, rank_vector, reference_accepted, with_histograms
 from specplan.core.profile import AcceptanceEntry
 from specplan.planner import PlanOptions, solve_plan
 from specplan.planner.simulate import SimStage, closed_form, simulate

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from planner_instances import random_profile
+from tests.planner.planner_instances import random_profile
 from specplan.core.plan import load_plan, plan_from_dict, plan_to_dict, save_plan
 from specplan.planner import PlanOptions, explain, solve_plan
 

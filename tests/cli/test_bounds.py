@@ -14,9 +14,9 @@ from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, PlanError, PromptError
 from specplan.core.prompts import read_prompts
 from specplan.core.yamlio import read_document
-from tests.test_cli_errors import assert_one_line_error, run_cli
+from tests.cli.test_cli_errors import assert_one_line_error, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def edit(path: Path, change) -> None:
@@ -180,7 +180,7 @@ def test_run_temperature_nan_before_loading(stored, capsys, monkeypatch):
 def test_context_check():
     from specplan.core.plan import Stage, StageShape
     from specplan.runtime.context import check_fits, draft_width
-    from tests.test_formats import make_plan
+    from tests.core.test_formats import make_plan
 
     plan = make_plan([Stage("ngram-3", "target", StageShape("tree", budget=16, depth=4, dynamic=True))])
     assert draft_width(plan) == 16 and draft_width(make_plan()) == 0

@@ -20,9 +20,9 @@ from specplan.planner import PlanOptions, solve_plan
 from specplan.runtime.drafters.head_model import load_head, save_head
 
 from tests.engine_records import unknown_names
-from tests.runtime.test_distill import four_layer_llama
+from tests.distill.test_distill import four_layer_llama
 from tests.runtime.test_head_eagle3 import CPU, KEPT, proposals
-from tests.test_export_real import flat
+from tests.planner.test_export_real import flat
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
 

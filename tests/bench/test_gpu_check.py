@@ -13,7 +13,7 @@ import pytest
 from specplan.bench.gpu_report import main as report_main
 from specplan.planner.sku import sku_of_device_name
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without CUDA")

@@ -17,9 +17,9 @@ from specplan.core.profile import LatencyCurve, batch_sizes, load_profile, save_
 from specplan.planner.latency import latency_table, nearest_curve
 from specplan.planner.roofline import PRECISIONS, forward_cost, largest_batch
 from specplan.planner.sku import get_sku, roofline_profile
-from tests.test_formats import make_profile
+from tests.core.test_formats import make_profile
 
-PROFILES = sorted((Path(__file__).resolve().parents[1] / "profiles").glob("*/*.yaml"))
+PROFILES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*/*.yaml"))
 STORED_PROFILES = [path for path in PROFILES if yaml.safe_load(path.read_text()).get("acceptance") is not None]
 # profiles written before T(n, b) (schema 1); the ones measured with --batch-sizes are version 2
 VERSION_ONE = [path for path in STORED_PROFILES if yaml.safe_load(path.read_text())["schema_version"] == 1]

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from compare_plans import summarize  # noqa: E402
 
 from specplan.bench.metrics import Measurement  # noqa: E402

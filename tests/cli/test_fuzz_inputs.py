@@ -20,7 +20,7 @@ import yaml
 from specplan.cli.main import main
 from specplan.core.plan import load_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = int(os.environ.get("SPECPLAN_FUZZ_CASES", "40"))  # more: SPECPLAN_FUZZ_CASES=500
 VALUES = (float("nan"), float("inf"), -float("inf"), -1, 0, 10**12, 2.5, "x", None, [], {}, True, "", [-1, 5, 0])
 

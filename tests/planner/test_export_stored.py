@@ -20,7 +20,7 @@ from specplan.planner.export_pasted import not_exportable
 
 from tests.engine_records import check_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from export_table import export_stored, render, stored_profiles  # noqa: E402
 

@@ -13,10 +13,10 @@ import pytest
 
 from specplan.cli.main import main
 
-from tests.test_export_gguf import plan_with_drafter
+from tests.cli.test_export_gguf import plan_with_drafter
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")]
-STORED = Path(__file__).resolve().parents[1] / "profiles" / "cpu"
+STORED = Path(__file__).resolve().parents[2] / "profiles" / "cpu"
 
 
 def bench_json(plan, capsys, limit: int = 1) -> dict:

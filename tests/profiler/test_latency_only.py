@@ -12,9 +12,9 @@ from specplan.core.errors import ModelError
 from specplan.core.plan import load_plan
 from specplan.core.profile import load_profile, shape_from_config
 from specplan.models.arch import named_shapes, resolve_arch, scale_to_layers
-from tests.test_cli_errors import assert_one_line_error, run_cli
+from tests.cli.test_cli_errors import assert_one_line_error, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 1024}
 

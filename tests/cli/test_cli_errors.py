@@ -7,7 +7,7 @@ import pytest
 from specplan.cli.main import main
 from specplan.core.plan import Stage, StageShape, save_plan
 from specplan.core.profile import save_profile
-from tests.test_formats import make_plan, make_profile
+from tests.core.test_formats import make_plan, make_profile
 
 
 def run_cli(argv, capsys):

@@ -15,10 +15,10 @@ from specplan.core.errors import OutputError
 from specplan.core.files import write_text_atomic
 from specplan.core.plan import load_plan, save_plan
 from specplan.core.profile import load_profile, save_profile
-from tests.test_cli_errors import assert_one_line_error, run_cli
-from tests.test_formats import make_plan, make_profile
+from tests.cli.test_cli_errors import assert_one_line_error, run_cli
+from tests.core.test_formats import make_plan, make_profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

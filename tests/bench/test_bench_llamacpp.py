@@ -20,7 +20,7 @@ from specplan.cli.main import main
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.lossless import LosslessCheck, first_divergence
 
-PLAN = Path(__file__).resolve().parents[1] / "profiles" / "cpu" / "plan.yaml"
+PLAN = Path(__file__).resolve().parents[2] / "profiles" / "cpu" / "plan.yaml"
 
 
 def test_missing_llama_cpp_is_one_line_exit_2(capsys, monkeypatch):

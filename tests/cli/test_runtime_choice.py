@@ -9,7 +9,7 @@ import pytest
 
 from specplan.cli.options import chosen_runtime
 from specplan.runtime.runner import profiled_runtime
-from tests.test_formats import make_profile
+from tests.core.test_formats import make_profile
 
 
 @pytest.mark.parametrize("mode, expected", [("compiled", "compiled"), ("eager", "eager")])
