@@ -4,7 +4,7 @@
 >>> profile = specplan.load_profile("profiles/cpu/profile.yaml")
 >>> plan = specplan.solve(profile, profile_path="profiles/cpu/profile.yaml")
 >>> plan.summary()
-'ngram-5 -> target (static tree 2 nodes)'
+'ngram-5 -> target (tree 2 nodes depth 1)'
 
 Running a plan loads its models (torch)::
 

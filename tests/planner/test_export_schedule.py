@@ -3,7 +3,6 @@ against the recorded SpeculativeConfig, and the stated loss of engines with one 
 
 from __future__ import annotations
 
-import doctest
 import json
 import shlex
 
@@ -12,7 +11,6 @@ import pytest
 from specplan.cli.main import main
 from specplan.core.plan import save_plan
 from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry, save_profile
-from specplan.planner import export_schedule as module
 from specplan.planner.export_schedule import export_schedule, vllm_schedule_command
 from specplan.planner.options import PlanOptions
 from specplan.planner.schedule import with_schedule
@@ -97,6 +95,3 @@ def test_export_cli_writes_the_schedule(tmp_path, capsys):
     assert "num_speculative_tokens_per_batch_size" in record["config"]
     assert unknown_names("vllm", record["config"]) == {}
 
-
-def test_doctests():
-    assert doctest.testmod(module).failed == 0

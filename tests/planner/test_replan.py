@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 from pathlib import Path
 
 import pytest
@@ -10,18 +9,13 @@ import pytest
 from specplan.core.errors import PlanError
 from specplan.core.plan import load_plan, plan_from_dict, plan_to_dict, save_plan
 from specplan.core.profile import AcceptanceEntry
-from specplan.planner import adaptive_plan, posterior, replan
+from specplan.planner import posterior
 from specplan.planner.posterior import LiveCounts, posterior_entry
 from specplan.planner.replan import Replanner
 from specplan.planner.sequence import expected_accepted
 from specplan.planner.tree_dp import tree_value
 
 STORED = Path(__file__).resolve().parents[2] / "profiles" / "cpu"
-
-
-def test_doctests():
-    for module in (posterior, replan, adaptive_plan):
-        assert doctest.testmod(module).failed == 0
 
 
 def test_without_data_the_posterior_is_the_profiles_acceptance(solved):

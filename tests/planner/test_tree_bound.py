@@ -3,20 +3,14 @@ changes the choice, and it does skip work."""
 
 from __future__ import annotations
 
-import doctest
 import random
 
 import pytest
 
-from specplan.planner import tree_bound
 from specplan.planner.posterior import LiveCounts, posterior_entry
 from specplan.planner.replan import Replanner
 from specplan.planner.tree_bound import budget_cap, most_committed
 from specplan.planner.tree_dp import choose_tree, solve_tree_table
-
-
-def test_doctests():
-    assert doctest.testmod(tree_bound).failed == 0
 
 
 @pytest.mark.parametrize("seed", range(30))

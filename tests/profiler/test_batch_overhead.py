@@ -3,7 +3,6 @@ the runtime, stored in profile.yaml, and added by the planner's batch view."""
 
 from __future__ import annotations
 
-import doctest
 from dataclasses import replace
 
 import pytest
@@ -14,7 +13,6 @@ from specplan.core.profile import LatencyCurve, load_profile, profile_from_dict,
 from specplan.planner.batch import batch_view, overhead_ms
 from specplan.planner.schedule import solve_schedule
 from specplan.profiler.batch_latency import measure_batch_latency
-from specplan.profiler import batch_overhead
 from specplan.profiler.batch_overhead import batch_prompts, measure_batch_overhead
 from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_drafters import PerSequenceDrafters
@@ -100,6 +98,3 @@ def test_batch_prompts_are_context_long_and_differ_at_their_ends():
     assert all(len(row) == 10 for row in rows)
     assert [row[-1] for row in rows] == [51, 60, 51, 60]
 
-
-def test_doctests():
-    assert doctest.testmod(batch_overhead).failed == 0

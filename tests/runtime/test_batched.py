@@ -4,13 +4,11 @@ lengths, different accepted lengths per round, rollback holes kept or packed, an
 
 from __future__ import annotations
 
-import doctest
 import functools
 
 import pytest
 import torch
 
-from specplan.runtime import batched
 from specplan.runtime.batched import BatchedEngine
 from specplan.runtime.batched_cache import BatchedKV
 from specplan.runtime.batched_drafters import BatchedModelDrafter, PerSequenceDrafters
@@ -146,6 +144,3 @@ def test_a_sequence_ending_at_its_first_token_leaves_before_any_draft(name):
     assert [list(s.token_ids) for s in result.sequences] == plain_alone(target, PROMPTS, eos=eos)
     assert result.sequences[3].token_ids == tuple(eos) and result.sequences[3].committed_per_forward == ()
 
-
-def test_doctests():
-    assert doctest.testmod(batched).failed == 0

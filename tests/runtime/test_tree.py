@@ -1,6 +1,5 @@
 """DraftTree: validation, derived structure, masks, positions, path-list converters."""
 
-import doctest
 import itertools
 import random
 
@@ -8,7 +7,6 @@ import pytest
 import torch
 
 from specplan.core.errors import TreeError
-from specplan.runtime import sampling, tree as tree_module, verify
 from specplan.runtime.tree import DraftTree, parents_from_path_lists, path_lists_from_parents
 
 #        0
@@ -156,12 +154,6 @@ def test_ancestor_mask_matches_slow_reference():
             for ancestor in tree.path_to(node):
                 slow[node, ancestor] = True
         assert torch.equal(tree.ancestor_mask(), slow)
-
-
-@pytest.mark.parametrize("module", [tree_module, verify, sampling])
-def test_docstring_examples(module):
-    result = doctest.testmod(module, extraglobs={"torch": torch, "DraftTree": DraftTree})
-    assert result.failed == 0 and result.attempted > 0
 
 
 def test_a_tree_after_a_chain_masks_and_positions_like_one_longer_tree():
