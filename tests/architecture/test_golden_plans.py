@@ -1,6 +1,11 @@
 """No behaviour change: ``specplan plan`` on the stored profiles writes the plans it wrote before
 the layering refactor (tests/golden_plans/, written by the code of commit fe02bb4).
 
+Each case (tests/golden_plans/<case>/) carries its own copy of the profile it solves
+(``profile.yaml``, byte for byte the profiles/<case>/profile.yaml the plans were written from; the
+plans record its sha256). Re-measuring a stored profile under profiles/ therefore leaves these
+tests alone: they pin the planner, not the measurements.
+
 Only the solver's wall time (``solver.seconds``) may differ; everything else byte for byte.
 The ``h100`` plans and their roofline profiles were rewritten once, when SKU plans gained the
 batch-size schedule (issue 18): the rewrite only added the schedule and the batched curves
@@ -32,7 +37,7 @@ def _normalised(path: Path) -> str:
 
 @pytest.mark.parametrize("profile, name", CASES)
 def test_plan_matches_the_plan_written_before_the_refactor(profile, name, tmp_path, monkeypatch, capsys):
-    shutil.copy(ROOT / "profiles" / profile / "profile.yaml", tmp_path / "profile.yaml")
+    shutil.copy(GOLDEN / profile / "profile.yaml", tmp_path / "profile.yaml")
     monkeypatch.chdir(tmp_path)
     assert main(["plan", "profile.yaml", "-o", f"{name}.yaml", *ARGUMENTS[name]]) == 0
     assert _normalised(tmp_path / f"{name}.yaml") == _normalised(GOLDEN / profile / f"{name}.yaml")
