@@ -1,4 +1,4 @@
-"""Whole-batch tokens/s at every batch size (issue 18): the schedule's choice, the batch-1 plan run
+"""Whole-batch tokens/s at every batch size: the schedule's choice, the batch-1 plan run
 at that batch, the batched runtime's plain decoding and transformers ``generate`` with left
 padding, each beside the schedule's prediction (planner-math.md section 11.2; docs/guide.md,
 "Batched runs").

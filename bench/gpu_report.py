@@ -1,4 +1,4 @@
-"""The GPU check's report (issue 19): latency-only curves per shape and runtime, the roofline's
+"""The GPU check's report: latency-only curves per shape and runtime, the roofline's
 error per n against them, eager vs compiled (CUDA graphs) T(1), and the CUDA tests' summary.
 
 ``python -m specplan.bench.gpu_report OUTDIR`` reads what ``scripts/gpu-check.sh`` wrote into

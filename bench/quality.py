@@ -1,6 +1,6 @@
 """Plan quality: did the planner choose well, and did it predict the speed it gets?
 
-Two ratios (issue 6):
+Two ratios:
 
 - *choice* = measured tokens/s of the chosen plan / the best measured grid point, on the
   same prompts, interleaved (goal >= 0.95);

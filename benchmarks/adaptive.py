@@ -1,4 +1,4 @@
-"""Adaptive plans measured (issue 20): the closed-loop plan vs the static plan vs the best static
+"""Adaptive plans measured: the closed-loop plan vs the static plan vs the best static
 configuration chosen per category in hindsight (the oracle), in one interleaved run over
 Spec-Bench evaluation prompts, per category; plus the time spent scoring and re-planning per
 round as a share of round time, and token identity with the switches counted.
@@ -10,8 +10,9 @@ plain decoding of the same prompt (token identity is checked against it; exact i
     .venv/bin/python benchmarks/adaptive.py [PROFILE] --limit 40 --max-new-tokens 128 [--dtype float32]
         [--every K] [--json OUT]
 
-Goals (issue 20): adaptive >= static on every category, >= 0.95 of the oracle overall, overhead
-< 2% of round time, float32 output identical to plain decoding on every prompt.
+Goals, what an adaptive plan must show to be worth re-planning: adaptive >= static on every
+category, >= 0.95 of the oracle overall, overhead < 2% of round time, float32 output identical to
+plain decoding on every prompt.
 """
 
 from __future__ import annotations

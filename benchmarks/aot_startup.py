@@ -1,4 +1,4 @@
-"""What a command-line user pays for compiled steps, per fresh process (issue 22): ahead-of-time
+"""What a command-line user pays for compiled steps, per fresh process: ahead-of-time
 packages (runtime ``compiled``) beside eager and in-process compilation (runtime ``jit``), all in
 one run, every runtime in a fresh process of its own.
 

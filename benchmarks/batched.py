@@ -1,4 +1,4 @@
-"""Plans under load, measured (issue 18): whole-batch tokens/s at every batch size of the
+"""Plans under load, measured: whole-batch tokens/s at every batch size of the
 schedule's choice, of the batch-1 plan run at that batch, of the batched runtime's plain
 decoding and of transformers ``generate`` with left padding, each beside the schedule's
 prediction; then the measured crossover batch against the predicted one.

@@ -1,4 +1,4 @@
-"""The plan per target precision (issue 15): does the planner's choice change with the precision?
+"""The plan per target precision: does the planner's choice change with the precision?
 
 A quant-aware profile (``specplan profile --quant gptq --quant nf4 --quant none``) holds the
 target's T(n) in its first precision and the others as variants (``target-nf4``,

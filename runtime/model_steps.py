@@ -9,7 +9,7 @@ with every width compiled up front under a progress bar, so no compile lands ins
 
 On CUDA, ``compiled`` runs the in-process path (``mode="reduce-overhead"``: CUDA graphs per
 bucket), because an AOTInductor package replays no CUDA graph and packages have not yet been
-validated on a GPU (issue 22, item 3: run ``scripts/gpu-check.sh`` when one is lent).
+validated on a GPU (``scripts/gpu-check.sh`` is the check to run on a CUDA machine).
 """
 
 from __future__ import annotations

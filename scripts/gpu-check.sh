@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU readiness check (issue 19; docs/guide.md, "On a GPU"). On a CUDA machine with the
+# GPU readiness check (docs/guide.md, "On a GPU"). On a CUDA machine with the
 # repository and its wheels installed (.venv, or PYTHON=... naming an interpreter that has
 # specplan and a CUDA build of torch), in under 10 minutes:
 #   1. the CUDA-only tests (pytest -m cuda);

@@ -8,7 +8,7 @@ tests alone: they pin the planner, not the measurements.
 
 Only the solver's wall time (``solver.seconds``) may differ; everything else byte for byte.
 The ``h100`` plans and their roofline profiles were rewritten once, when SKU plans gained the
-batch-size schedule (issue 18): the rewrite only added the schedule and the batched curves
+batch-size schedule: the rewrite only added the schedule and the batched curves
 (and so changed the roofline profile's sha256); every line of the batch-1 plan stayed as it was.
 """
 

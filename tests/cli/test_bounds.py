@@ -1,5 +1,5 @@
-"""Issue 21: bounded inputs, every value read from a file checked, undecodable input exit 2,
-messages that name the real mistake. Each case: one stderr line and exit code 2, fast."""
+"""Bad values never reach a traceback: bounded inputs, every value read from a file checked,
+undecodable input exit 2, messages that name the real mistake. Each case: one stderr line and exit code 2, fast."""
 
 from __future__ import annotations
 

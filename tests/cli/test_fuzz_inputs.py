@@ -1,4 +1,4 @@
-"""Issue 21: mutated profiles and plans (types, ranges, NaN/inf, parents, missing keys,
+"""Fuzzed inputs: mutated profiles and plans (types, ranges, NaN/inf, parents, missing keys,
 encodings) through the loaders and `plan`, `export`, `roofline`: every case either works and
 writes a valid file, or is one stderr line with exit code 2 (never a traceback, never exit 1).
 

@@ -1,4 +1,4 @@
-"""Issue 21: nothing a user types loses their measurements. Writes are atomic, outputs are
+"""Nothing a user types loses their measurements. Writes are atomic, outputs are
 checked before any work, a plan never replaces a profile (or an input) and the reverse."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`run` and `bench` use the runtime the plan's profile measured unless told otherwise (issue 22)."""
+"""`run` and `bench` use the runtime the plan's profile measured unless told otherwise."""
 
 from __future__ import annotations
 

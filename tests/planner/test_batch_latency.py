@@ -1,5 +1,5 @@
 """T(n, b): batched latency curves in profile.yaml (schema 2), the roofline's batch axis and the
-profiler's batched measurement (issue 18, item 1)."""
+profiler's batched measurement."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Export of the schedule per batch size (issue 18, item 3): vLLM's num_speculative_tokens_per_batch_size
+"""Export of the schedule per batch size: vLLM's num_speculative_tokens_per_batch_size
 against the recorded SpeculativeConfig, and the stated loss of engines with one setting for all loads."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The schedule per batch size (issue 18, item 2): the solver at every T(n, b) against a brute-force
+"""The schedule per batch size: the solver at every T(n, b) against a brute-force
 goodput, the crossover batch, plan.yaml's `schedule` key and the CLI table."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Latency-only profiles (issue 19): T(n) of random-weight models built from a config or a named shape."""
+"""Latency-only profiles: T(n) of random-weight models built from a config or a named shape."""
 
 from __future__ import annotations
 

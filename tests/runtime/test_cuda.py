@@ -1,4 +1,4 @@
-"""The CUDA path (issue 19): CUDA-event timing, lossless decoding on the GPU in eager and
+"""The CUDA path: CUDA-event timing, lossless decoding on the GPU in eager and
 compiled (``reduce-overhead``: CUDA graphs) steps, and a latency-only profile on the GPU.
 
 Marked ``cuda``: skipped where torch sees no CUDA device (CI, this project's CPU machines);

@@ -1,6 +1,6 @@
 """The batched runtime on the real default model (SmolLM2-135M-Instruct), float32: 8 Spec-Bench
 prompts of different lengths decoded together, every sequence token-identical to the prompt
-decoded alone by plain greedy decoding (issue 18's real-model check), for a sequence stage and
+decoded alone by plain greedy decoding, for a sequence stage and
 for a tree stage."""
 
 from __future__ import annotations
