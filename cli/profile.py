@@ -17,6 +17,7 @@ from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts
 from specplan.core.workloads import WORKLOADS, workload_split
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
+LLAMA_CPP_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache")  # layer skipping needs the torch backend
 MIN_CONTEXT, MAX_CONTEXT = 16, 32768  # cached tokens a latency measurement may sit on
 
 
@@ -49,8 +50,11 @@ def add_parser(commands) -> None:
     parser.add_argument("--engine", default=None, choices=["llama.cpp"],
                         help="measure T(n) with this serving engine (llama-cpp-python) on the models' GGUF files; "
                              "acceptance and drafters come from --acceptance-from PROFILE")
+    parser.add_argument("--backend", default="torch", choices=["torch", "llama.cpp"],
+                        help="the runtime whose costs are measured and whose plans `run` executes: torch (default) or "
+                             "llama.cpp (the GGUF files as they are, through llama-cpp-python; docs/backends.md)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="with --engine: the engine's CPU threads (default: every core, as llama-server; on a "
+                        help="with --engine or --backend llama.cpp: llama.cpp's CPU threads (default: every core, as llama-server; on a "
                              "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
     parser.add_argument("--context", type=int, default=None, metavar="TOKENS",
                         help="cached tokens under each latency measurement (default 256): set it near your "
@@ -89,6 +93,23 @@ def check_outputs(args) -> Path | None:
     return plan_path
 
 
+def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
+    """Options the llama.cpp backend cannot honour, refused in one line before anything loads."""
+    if args.threads is not None and args.threads < 1:
+        raise SpecplanError(f"--threads {args.threads}: pass at least 1 (default: every core)")
+    if args.backend != "llama.cpp":
+        if args.threads is not None:
+            raise SpecplanError("--threads sets llama.cpp's threads; pass it with --backend llama.cpp or --engine llama.cpp")
+        return
+    refused = [(args.quant and args.quant != ["none"], "--quant (a GGUF file is already quantised)"),
+               (args.device == "cuda", "--device cuda (the llama.cpp backend runs on the CPU here)"),
+               (batch_sizes != (1,), "--batch-sizes (batched plans run on the torch backend)"),
+               (args.dtype != "auto", "--dtype (llama.cpp computes in the GGUF file's own types)")]
+    for bad, option in refused:
+        if bad:
+            raise SpecplanError(f"--backend llama.cpp does not take {option}; drop it or use --backend torch")
+
+
 def command(args) -> int:
     if args.context is not None and (args.engine or args.latency_only or args.arch or args.acceptance_from):
         raise SpecplanError("--context applies to a full profile; drop it with --engine, --latency-only, --arch "
@@ -102,15 +123,17 @@ def command(args) -> int:
 
         return latency_only_command(args)
     batch_sizes = parse_batch_sizes(args.batch_sizes) or (1,)
+    check_backend_options(args, batch_sizes)
     plan_path = check_outputs(args)
-    specs = [parse_drafter_spec(spec) for spec in (args.drafter or DEFAULT_DRAFTERS)]
+    defaults = LLAMA_CPP_DRAFTERS if args.backend == "llama.cpp" else DEFAULT_DRAFTERS
+    specs = [parse_drafter_spec(spec) for spec in (args.drafter or defaults)]
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         twice = sorted({name for name in ids if ids.count(name) > 1})
         raise SpecplanError(f"--drafter names {', '.join(twice)} twice; give each drafter once")
     from specplan.quant.methods import normalize_quants
 
-    quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (README, "4-bit targets")
+    quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (docs/guide.md, "4-bit targets")
     if args.limit is not None and args.limit < 1:
         raise SpecplanError("--limit must be at least 1")
     if args.context is not None and not MIN_CONTEXT <= args.context <= MAX_CONTEXT:
@@ -133,7 +156,11 @@ def command(args) -> int:
         settings = replace(settings, prompts_label=str(args.prompts))
     elif args.workload != "spec-bench":
         settings = replace(settings, prompts_label=f"{args.workload}:calibration")
-    if quants == ["none"]:
+    if args.backend == "llama.cpp":
+        from specplan.models.load import load_gguf_model
+
+        profile = run_profile(load_gguf_model(args.target or "default", args.threads or 0), specs, prompts, device, settings)
+    elif quants == ["none"]:
         target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))
         profile = run_profile(target, specs, prompts, device, settings)
     else:

@@ -27,6 +27,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--stream", action="store_true", help="print text as it is committed")
     parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
     parser.add_argument("--batch", type=int, default=None, metavar="B",
                         help="decode the prompts B at a time together (greedy; the plan's schedule row for B)")
     add_runtime_option(parser, from_plan=True)
@@ -56,7 +58,7 @@ def command(args) -> int:
         from specplan.cli.run_batched import run_batched
 
         return run_batched(args, prompts)
-    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force)
+    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force, threads=args.threads)
     for prompt in prompts:  # every prompt fits the context before the first one decodes
         runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
     for prompt in prompts:

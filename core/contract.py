@@ -10,8 +10,10 @@ from specplan.core.profile import DeviceInfo, Profile, load_profile
 from specplan.core.yamlio import file_sha256
 
 
-def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info: DeviceInfo, target_fingerprint: str, force: bool) -> None:
-    """Refuse (ProfileError) a plan whose profile, device or target weights changed, unless ``force``."""
+def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info: DeviceInfo,
+                   target_fingerprint: str | None, force: bool) -> None:
+    """Refuse (ProfileError) a plan whose profile, device or target weights changed, unless ``force``.
+    ``target_fingerprint`` None checks all but the weights (before they load: :func:`check_weights`)."""
     if force:
         return
     if plan.profile_sha256 and file_sha256(profile_path) != plan.profile_sha256:
@@ -27,7 +29,13 @@ def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info
             f"the plan was solved for {planned_sku}, this device is {device_info.sku}; "
             "solve a plan for this device with `specplan plan` (or --force)"
         )
-    if profile.target.fingerprint and profile.target.fingerprint != target_fingerprint:
+    if target_fingerprint is not None:
+        check_weights(profile, target_fingerprint, force)
+
+
+def check_weights(profile: Profile, target_fingerprint: str, force: bool) -> None:
+    """Refuse (ProfileError) a target whose weights differ from the profiled ones, unless ``force``."""
+    if not force and profile.target.fingerprint and profile.target.fingerprint != target_fingerprint:
         raise ProfileError("the target's weights differ from the profiled ones; re-profile with `specplan profile` (or --force)")
 
 

@@ -121,6 +121,12 @@ class Profile:
     schema_version: int = SCHEMA_VERSION
 
     @property
+    def backend(self) -> str:
+        """The runtime backend whose costs the profile measured, which its plans run on: ``llama.cpp``
+        when llama.cpp measured the latency curves (``device.source``), else ``torch``."""
+        return "llama.cpp" if self.device.source == "llama.cpp" else "torch"
+
+    @property
     def target(self) -> ModelEntry:
         for model in self.models:
             if model.role == "target":

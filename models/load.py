@@ -29,12 +29,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass(frozen=True)
 class LoadedModel:
+    """A model as the runtime uses it: torch weights (``backend`` torch), or, for the llama.cpp
+    backend, its GGUF file (``path``; ``model`` None: a session loads the file itself)."""
+
     source: str  # what the user said (default, a path, an id)
-    path: str  # directory the weights were loaded from
-    model: torch.nn.Module
+    path: str  # directory the weights were loaded from, or the GGUF file (llama.cpp)
+    model: torch.nn.Module | None
     tokenizer: object
     fingerprint: str
     dtype: str
+    backend: str = "torch"  # torch | llama.cpp
+    threads: int = 0  # llama.cpp's threads for every session of this run (0: every core)
 
 
 def cache_root() -> Path:
@@ -186,6 +191,31 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu") -> Load
         raise ModelError(f"cannot load model {source!r} ({first}); pass `default`, a .gguf file or a local directory") from None
     model.to(device).eval()
     return LoadedModel(source, model_dir, model, tokenizer, fingerprint(model_dir), dtype)
+
+
+def load_gguf_model(source: str, threads: int = 0) -> LoadedModel:
+    """MODEL as the llama.cpp backend runs it: its GGUF file as it is and the tokenizer that file
+    carries (no weights are read here; ``model`` is None). ModelError when MODEL names no GGUF."""
+    from transformers import AutoTokenizer
+
+    gguf = gguf_file(source)
+    if gguf is None:
+        raise ModelError(f"the llama.cpp backend runs GGUF files and {source!r} is not one; pass `default`, "
+                         f"{', '.join(registry.valid_names()[1:])} or a .gguf file, or use --backend torch")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"cannot read the tokenizer of {gguf} ({first}); pass a GGUF file with its tokenizer") from None
+    return LoadedModel(source, str(gguf), None, tokenizer, gguf_fingerprint(gguf), "gguf", "llama.cpp", threads)
+
+
+def gguf_fingerprint(gguf: Path) -> str:
+    """Cheap identity of a GGUF file: its name, size and first MiB (the header and metadata)."""
+    digest = hashlib.sha256(f"{gguf.name}:{gguf.stat().st_size}".encode())
+    with gguf.open("rb") as handle:
+        digest.update(handle.read(1 << 20))
+    return "sha256:" + digest.hexdigest()[:32]
 
 
 def model_config_summary(model_dir: str) -> dict:

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specplan.runtime.backend import Session
+
 
 def chain_rounds(matches: Sequence[bool], gamma: int) -> list[tuple[int, int]]:
     """``(start, accepted)`` of each round a gamma-chain runtime plays over ``matches``.
@@ -144,7 +146,19 @@ class AcceptanceCounter:
 
 
 @torch.inference_mode()
-def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_ids: Sequence[int],
+def teacher_forced_logits(model: "torch.nn.Module | Session", ids: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Logits float32 [len(ids), vocab] on the CPU; row i follows token i. ``model`` may be a
+    session of any backend: one extend over ``ids`` from an empty cache (left empty after)."""
+    if isinstance(model, Session):
+        model.reset()
+        logits = model.extend(list(ids))
+        model.reset()
+        return logits.float().cpu()
+    logits = model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False).logits[0]
+    return logits.float().cpu()
+
+
+def replay_model(counter: AcceptanceCounter, drafter: "torch.nn.Module | Session", prompt_ids: Sequence[int],
                  output_ids: Sequence[int], device: torch.device) -> torch.Tensor:
     """One teacher-forced drafter forward over prompt + output; count rounds and ranks.
 
@@ -155,8 +169,7 @@ def replay_model(counter: AcceptanceCounter, drafter: torch.nn.Module, prompt_id
     """
     if not output_ids:
         return torch.zeros(0, counter.width, dtype=torch.long)
-    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=device)  # [1, len]
-    logits = drafter(input_ids=ids, use_cache=False).logits[0].float()  # [len, vocab]
+    logits = teacher_forced_logits(drafter, list(prompt_ids) + list(output_ids), device)  # [len, vocab]
     start = len(prompt_ids) - 1
     predicting = logits[start : start + len(output_ids)]  # [output, vocab]: row t predicts output[t]
     top = torch.topk(predicting, counter.width, dim=-1).indices.cpu()  # [output, width]

@@ -16,21 +16,26 @@ import torch
 from specplan.core.profile import LatencyCurve
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.drafters.head import HeadSession
-from specplan.runtime.session import ModelSession
+from specplan.runtime.backend import Session
+from specplan.runtime.session import ModelSession, as_session
 from specplan.runtime.timing import time_ms
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+# llama.cpp's T(n) is steep and uneven on a CPU (a decode of n >= 2 is compute-bound): measured densely
+LLAMA_CPP_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 
 
-def measure_latency(model: torch.nn.Module, device: torch.device, context_ids: Sequence[int],
+def measure_latency(model: "torch.nn.Module | Session", device: torch.device, context_ids: Sequence[int],
                     widths: Sequence[int] = WIDTHS, repeats: int = 5,
                     progress: Callable[[], None] | None = None, runtime: RuntimeMode = EAGER) -> LatencyCurve:
     """Median ms per forward of each width over a cache holding ``context_ids``.
 
     The new tokens are taken from the context itself (their values do not change the cost);
-    after each timed forward the cache is trimmed back to the context.
+    after each timed forward the cache is trimmed back to the context. ``model`` may be a session
+    of any backend (its cache is reset first).
     """
-    session = ModelSession(model, device, runtime=runtime)
+    session = as_session(model, device, runtime)
+    session.reset()
     context = list(context_ids)
     session.extend(context)
     filler = _filler(context, widths)

@@ -36,12 +36,6 @@ from specplan.profiler.acceptance import AcceptanceCounter, tree_round_positions
 
 
 @torch.inference_mode()
-def teacher_forced_logits(model: torch.nn.Module, ids: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Logits float32 [len(ids), vocab] on the CPU; row i follows token i."""
-    logits = model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False).logits[0]
-    return logits.float().cpu()
-
-
 def _rank(candidates: Sequence[int], token: int) -> int:
     return candidates.index(token) if token in candidates else -1
 

@@ -11,8 +11,9 @@ and beside the best model drafter's children (``retrieval_rank_accept``, Graft a
 from __future__ import annotations
 
 import datetime
+import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,9 +23,10 @@ from tqdm import tqdm
 from specplan.core.version import __version__
 from specplan.core.drafter_spec import DrafterSpec
 from specplan.core.errors import DrafterSpecError
-from specplan.core.profile import AcceptanceEntry, ModelEntry, Profile, RetrievalEntry, shape_of_network
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile, RetrievalEntry, shape_of_network
 from specplan.core.prompts import Prompt
-from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids, pad_id
+from specplan.runtime.backend import Session
+from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids, pad_id, target_session
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.head import HeadDrafter
@@ -37,8 +39,9 @@ from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
 from specplan.profiler.batch_overhead import measure_batch_overhead, repeated_to
-from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
-from specplan.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
+from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS, measure_head_latency, measure_latency
+from specplan.profiler.acceptance import teacher_forced_logits
+from specplan.profiler.retrieval_acceptance import replay_retrieval
 from specplan.core.yamlio import read_document
 
 
@@ -70,10 +73,12 @@ def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> 
 
 
 def _target_outputs(target: LoadedModel, prompts: list[Prompt], device: torch.device,
-                    settings: ProfileSettings, network: torch.nn.Module | None = None,
+                    settings: ProfileSettings, network: "torch.nn.Module | Session | None" = None,
                     label: str = "target") -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, greedy output ids) per prompt, decoded by ``network`` (default: the target)."""
-    engine = SpeculativeEngine(network if network is not None else target.model, device, eos_ids(target),
+    """(prompt ids, greedy output ids) per prompt, decoded by ``network`` (default: the target; a
+    session of any backend)."""
+    stop = eos_ids(target) | (network.eos_ids if isinstance(network, Session) else frozenset())
+    engine = SpeculativeEngine(network if network is not None else target.model, device, stop,
                                runtime=settings.runtime)
     pairs = []
     for prompt in tqdm(prompts, desc=f"calibration: {label} greedy decoding", unit="prompt"):
@@ -114,12 +119,12 @@ def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device
 
 
 def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, siblings=None,
-                          verifier: tuple[str, torch.nn.Module] | None = None):
+                          verifier: "tuple[str, torch.nn.Module | Session]" = ("target", None)):
     """Rank acceptance of a retrieval drafter alone and, given a model's tops, as graft siblings.
 
-    ``verifier`` (id, network) replays against a middle model's outputs instead of the target's.
+    ``verifier`` (id, network or session) whose outputs ``pairs`` are: the target's, or a middle model's.
     """
-    verifier_id, verifier_network = verifier or ("target", target.model)
+    verifier_id, verifier_network = verifier
     spec = build.spec
     counter = AcceptanceCounter(settings.gamma, settings.rank_width)
     graft = AcceptanceCounter(settings.gamma, settings.rank_width) if siblings else None
@@ -204,6 +209,17 @@ def _batch_overheads(target: LoadedModel, prompts: list[Prompt], context: list[i
                  for curve in tqdm(curves, desc="batched runtime overhead", unit="batch"))
 
 
+def llama_cpp_device(target: LoadedModel) -> DeviceInfo:
+    """This CPU as the llama.cpp backend runs on it: the profile's ``device.source`` says llama.cpp
+    measured the curves, so its plans run on that backend (``Profile.backend``)."""
+    from specplan.profiler.llama_cpp_latency import llama_cpp_version
+
+    threads = target.threads or os.cpu_count() or 1
+    cpu = describe_device(torch.device("cpu"))
+    return replace(cpu, name=f"{cpu.name}, llama.cpp (llama-cpp-python {llama_cpp_version()}, {threads} threads)",
+                   source="llama.cpp")
+
+
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
                 device: torch.device, settings: ProfileSettings) -> Profile:
     """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``."""
@@ -211,28 +227,30 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         message = trained_on_calibration(spec, prompts)
         if message is not None:
             warnings.warn(message, stacklevel=2)
-    built = [build_drafter(spec, target, device) for spec in drafters]
+    built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
     context = context_ids_for(target, prompts, settings.context)
-    networks = [("target", target.model)] + [(b.spec.id, b.model) for b in built if b.model is not None]
+    target_network = target.model if target.backend == "torch" else target_session(target, device)
+    networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
     curves = {}
-    with tqdm(total=len(networks) * len(WIDTHS), desc="latency T(n)", unit="curve point") as bar:
+    widths = WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS
+    with tqdm(total=len(networks) * len(widths), desc="latency T(n)", unit="curve point") as bar:
         for model_id, network in networks:
             if is_draft_head(network):  # timed as the drafter calls it, after a target step
                 curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
                                                         verifier=target.model, runtime=settings.runtime)
             else:
-                curves[model_id] = measure_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
+                curves[model_id] = measure_latency(network, device, context, widths, settings.repeats, bar.update,
                                                    runtime=settings.runtime)
     batched = _batched_curves(networks, device, context, settings)
     overheads = _batch_overheads(target, prompts, context, batched["target"], device)
-    pairs = _target_outputs(target, prompts, device, settings)
+    pairs = _target_outputs(target, prompts, device, settings, target_network)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(curves["target"],) + batched["target"], shape=shape_of_network(target.model),
                          batch_overhead=overheads)]
     retrieval, acceptance = [], []
     siblings, graft_model, best = None, None, -1.0
     for build in (b for b in built if b.model is not None):
-        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings, verifier_network=target.model)
+        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings, verifier_network=target_network)
         acceptance.append(entry)
         if sum(entry.rank_accept) > best:  # the best tree drafter: retrieval grafts are measured beside it
             siblings, graft_model, best = tops, build.spec.id, sum(entry.rank_accept)
@@ -243,14 +261,14 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
                                  base=base,
                                  shape=shape_of_network(build.model)))
     for build in (b for b in built if b.model is None):
-        entry, counter = _retrieval_acceptance(build, target, pairs, device, settings, siblings)
+        entry, counter = _retrieval_acceptance(build, target, pairs, device, settings, siblings, ("target", target_network))
         acceptance.append(entry)
         ms = 1000.0 * counter.seconds / max(1, counter.calls)
         retrieval.append(RetrievalEntry(build.spec.id, build.spec.source, round(ms, 4)))
     if settings.middles:
         acceptance.extend(_middle_acceptance(built, curves, target, prompts, device, settings))
     return Profile(
-        device=describe_device(device),
+        device=describe_device(device) if target.backend == "torch" else llama_cpp_device(target),
         models=tuple(models),
         acceptance=tuple(acceptance),
         retrieval=tuple(retrieval),

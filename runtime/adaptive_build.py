@@ -17,10 +17,11 @@ from specplan.models.load import LoadedModel
 from specplan.planner.replan import MAX_DEPTH, Replanner
 from specplan.runtime.adaptive import AdaptiveEngine, Family, Policy
 from specplan.runtime.build import (
+    target_session,
     build_drafter, build_drafter_chain, build_tree_drafter, check_stages, eos_ids, stage_shape_arguments,
 )
 from specplan.runtime.live_acceptance import DrafterScore, LiveAcceptance
-from specplan.runtime.session import ModelSession
+from specplan.runtime.backend import Session
 from specplan.runtime.stage import StageRunner
 
 RANK_WIDTH = 8  # candidates ranked per node by the live tree replay (the profiler's width)
@@ -40,7 +41,7 @@ def live_scores(profile: Profile, target: LoadedModel, device: torch.device) -> 
     return LiveAcceptance(scores, rows, MAX_DEPTH)
 
 
-def _family(stages: tuple[Stage, ...], session: ModelSession, profile: Profile, target: LoadedModel,
+def _family(stages: tuple[Stage, ...], session: Session, profile: Profile, target: LoadedModel,
             device: torch.device, stop: set[int], runtime: RuntimeMode) -> Family:
     if not stages:
         return Family(session, None, lambda top: StageRunner(session, None))
@@ -63,8 +64,8 @@ def build_adaptive_engine(plan: Plan, profile: Profile, target: LoadedModel, dev
                         "starts with); re-run `specplan plan --adaptive`")
     for candidate in settings.candidates:
         check_stages(replace(plan, stages=candidate.stages), profile)
-    session = ModelSession(target.model, device, runtime=runtime)
-    stop = eos_ids(target)
+    session = target_session(target, device, runtime)
+    stop = eos_ids(target) | session.eos_ids
     families = [_family(c.stages, session, profile, target, device, stop, runtime) for c in settings.candidates]
     replanner = Replanner(profile, settings, plan.temperature)
     return AdaptiveEngine(session, device, stop, families, settings, replanner, live_scores(profile, target, device),

@@ -79,6 +79,12 @@ class Session(ABC):
         return list(context[shared:])
 
     @property
+    def eos_ids(self) -> frozenset[int]:
+        """End-of-sequence ids the model file itself names (llama.cpp's eos and eot); the torch
+        backend reads them from the tokenizer and generation config instead (empty here)."""
+        return frozenset()
+
+    @property
     def keep_features(self) -> bool:
         return False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -22,9 +23,10 @@ from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.models.load import DTYPES, LoadedModel, load_model
+from specplan.models.load import DTYPES, LoadedModel, gguf_file, load_model
 from specplan.core.runtime_modes import EAGER, RuntimeMode
-from specplan.runtime.session import ModelSession
+from specplan.runtime.backend import Session
+from specplan.runtime.session import ModelSession, as_session
 from specplan.runtime.stage import StageRunner
 
 
@@ -35,8 +37,40 @@ class DrafterBuild:
     model: torch.nn.Module | None  # the drafter's network (None for retrieval drafters)
 
 
-def _drafter_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
-    """The causal LM a ``layerskip:`` or ``model:`` drafter runs."""
+LLAMA_CPP_CONTEXT = 4096  # cells of each llama.cpp session: the prompt, the new tokens and one draft
+
+
+def target_session(target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
+    """The target's session on its backend: llama.cpp over its GGUF file, or torch over its weights."""
+    if target.backend == "llama.cpp":
+        return llama_cpp_session(target.path, target)
+    return ModelSession(target.model, device, runtime=runtime)
+
+
+def llama_cpp_session(gguf: str | Path, target: LoadedModel) -> Session:
+    """A llama.cpp session over ``gguf`` with the run's threads (``target.threads``; 0: every core)."""
+    from specplan.runtime.llama_cpp_session import LlamaCppSession
+
+    return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None)
+
+
+def _llama_cpp_drafter(spec: DrafterSpec, target: LoadedModel) -> Session:
+    """The llama.cpp session a ``model:`` drafter runs on the llama.cpp backend (its GGUF file)."""
+    if spec.kind != "model":
+        raise DrafterSpecError(f"drafter {spec.source!r} needs the torch backend (llama.cpp runs whole GGUF models); "
+                               "on llama.cpp use model:GGUF, ngram:N, recycle or cache, or profile with --backend torch")
+    gguf = gguf_file(spec.argument)
+    if gguf is None:
+        raise DrafterSpecError(f"drafter {spec.source!r} is not a GGUF file; the llama.cpp backend runs model:GGUF "
+                               "drafters (a registered model or a .gguf path)")
+    session = llama_cpp_session(gguf, target)
+    return session
+
+
+def _drafter_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> "torch.nn.Module | Session":
+    """The causal LM a ``layerskip:`` or ``model:`` drafter runs (a llama.cpp session on that backend)."""
+    if target.backend == "llama.cpp":
+        return _llama_cpp_drafter(spec, target)
     if spec.kind == "layerskip":
         return layer_skip_view(target.model, parse_kept_layers(spec.argument, target.model.config.num_hidden_layers))
     loaded = load_model(spec.argument, target.dtype, str(device))
@@ -58,7 +92,7 @@ def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device,
     if spec.kind == "head":
         head = _head_network(spec, target, device)
         return DrafterBuild(spec, HeadDrafter(spec.id, head, device), head)
-    if spec.kind in ("layerskip", "model"):
+    if spec.kind in ("layerskip", "model"):  # on llama.cpp the network is a session
         network = _drafter_network(spec, target, device)
         return DrafterBuild(spec, ModelDrafter(spec.id, network, device, runtime=runtime), network)
     raise DrafterSpecError(f"drafter {spec.source!r} cannot run in this version; use ngram:N, layerskip:K, "
@@ -67,6 +101,9 @@ def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device,
 
 def _head_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
     """The draft head saved in ``spec.argument``, sharing the target's embedding, in the target's dtype."""
+    if target.backend == "llama.cpp":
+        raise DrafterSpecError(f"drafter {spec.source!r} reads the target's hidden states, which the llama.cpp backend "
+                               "does not return; on llama.cpp use model:GGUF, ngram:N, recycle or cache")
     return load_head(spec.argument, target.model, DTYPES[target.dtype], device)
 
 
@@ -88,6 +125,9 @@ def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.dev
     if spec.kind == "head":
         return HeadDrafter(spec.id, network if network is not None else _head_network(spec, target, device), device)
     if spec.kind in ("layerskip", "model"):
+        if target.backend == "llama.cpp":
+            raise DrafterSpecError(f"drafter {spec.source!r} grows trees on the torch backend only; on llama.cpp plan "
+                                   "its stage as a sequence, or grow the tree from ngram:N, recycle or cache")
         return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device,
                                 runtime=runtime)
     raise DrafterSpecError(f"drafter {spec.source!r} cannot draft trees; use ngram:N, layerskip:K, model:MODEL, head:DIR, "
@@ -172,7 +212,7 @@ def build_drafter_chain(stages, profile: Profile, target: LoadedModel, device: t
         if middle.is_retrieval or middle.kind == "head":
             kind = "retrieval drafter" if middle.is_retrieval else "draft head"
             raise PlanError(f"{below.verifier!r} verifies a stage but is a {kind}, not a model; fix the plan")
-        session = ModelSession(_drafter_network(middle, target, device), device, runtime=runtime)
+        session = as_session(_drafter_network(middle, target, device), device, runtime)
         runner = StageRunner(session, drafter, names=(below.drafter, below.verifier), **stage_shape_arguments(below))
         drafter = HierarchyDrafter(below.verifier, runner, stop)
     return drafter
@@ -195,10 +235,11 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     An adaptive plan's other candidates are built by :mod:`specplan.runtime.adaptive_build`.
     """
     check_stages(plan, profile)
-    stop = eos_ids(target)
+    session = target_session(target, device, runtime)
+    stop = eos_ids(target) | session.eos_ids
     if not plan.stages:
-        return SpeculativeEngine(target.model, device, stop, runtime=runtime)
+        return SpeculativeEngine(session, device, stop, runtime=runtime)
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
-    return SpeculativeEngine(target.model, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
+    return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
                              **stage_shape_arguments(top))

@@ -9,7 +9,7 @@ and the accepted tokens. Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 
 A tree stage (SpecInfer, arXiv 2305.09781; Sequoia, arXiv 2402.12374; EAGLE-2, arXiv
 2406.16858) is the same round with a draft tree: one target forward over every node with
 the tree attention mask, greedy or multi-candidate rejection-sampling verification over the
-tree, and the cache compacted to the root and the accepted path (``ModelSession.keep``).
+tree, and the cache compacted to the root and the accepted path (``Session.keep``).
 Drafters that define ``observe(tokens, logits)`` (Token Recycling) see every target forward.
 A hierarchy (HSD, arXiv 2510.19705) is the same loop whose drafter is a middle model's own
 stage (:class:`~specplan.runtime.drafters.hierarchy.HierarchyDrafter`); the rounds themselves
@@ -26,7 +26,8 @@ import torch
 from specplan.core.plan import StageShape
 from specplan.runtime.drafters.base import Drafter, SamplingConfig
 from specplan.core.runtime_modes import EAGER, RuntimeMode
-from specplan.runtime.session import ModelSession
+from specplan.runtime.session import as_session
+from specplan.runtime.backend import Session
 from specplan.runtime.commit import Committed
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
@@ -58,10 +59,10 @@ class SpeculativeEngine:
     one tree stage (``tree``: a StageShape, with a Drafter). A drafter that is itself a
     hierarchy (``stage_stats``) reports the totals of the stages below the target."""
 
-    def __init__(self, target: torch.nn.Module, device: torch.device, eos_ids: set[int],
+    def __init__(self, target: "torch.nn.Module | Session", device: torch.device, eos_ids: set[int],
                  drafter: Drafter | Drafter | None = None, gamma: int = 0, tree: StageShape | None = None,
                  names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER):
-        self.target = ModelSession(target, device, runtime=runtime)
+        self.target = as_session(target, device, runtime)
         self.device = device
         self.drafter = drafter
         self.stage = StageRunner(self.target, drafter, gamma, tree, names)

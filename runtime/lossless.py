@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specplan.runtime.backend import Session
+
 NEAR_TIE = 0.5  # logits: a bf16 forward over n tokens differs from n decode steps by up to ~0.1-0.3
 
 
@@ -59,8 +61,16 @@ def check_lossless(reference: Sequence[int], output: Sequence[int],
 
 
 @torch.inference_mode()
-def divergence_gap(model: torch.nn.Module, prompt_ids: list[int], reference: Sequence[int], index: int) -> float:
-    """The target's top-2 logit gap after ``prompt_ids + reference[:index]`` (one full forward)."""
+def divergence_gap(model: "torch.nn.Module | Session", prompt_ids: list[int], reference: Sequence[int],
+                   index: int) -> float:
+    """The target's top-2 logit gap after ``prompt_ids + reference[:index]`` (one full forward; a
+    session of any backend is reset, extended over those tokens and reset again)."""
+    if isinstance(model, Session):
+        model.reset()
+        logits = model.extend(list(prompt_ids) + list(reference[:index]))[-1]  # [vocab]
+        model.reset()
+        top = torch.topk(logits, 2).values
+        return float(top[0] - top[1])
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids) + list(reference[:index])], device=device)  # [1, length]
     logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()  # [vocab]

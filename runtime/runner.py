@@ -11,19 +11,19 @@ from pathlib import Path
 
 import torch
 
-from specplan.core.contract import check_contract
+from specplan.core.contract import check_contract, check_weights
 from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 from specplan.core.prompts import Prompt
 from specplan.runtime.adaptive import AdaptiveEngine, AdaptiveResult
 from specplan.runtime.adaptive_build import build_adaptive_engine
-from specplan.runtime.build import build_engine, eos_ids
+from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_engine
 from specplan.runtime.context import check_fits, draft_width, model_context
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
 from specplan.runtime.lossless import NEAR_TIE, divergence_gap, first_divergence
-from specplan.models.load import LoadedModel, quiet_transformers
+from specplan.models.load import LoadedModel, load_gguf_model, quiet_transformers
 from specplan.quant.load import load_model_variant
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.planner.recheck import check_prediction
@@ -123,15 +123,20 @@ class PlanRunner:
 
     @classmethod
     def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False,
-             runtime: RuntimeMode | None = None) -> "PlanRunner":
+             runtime: RuntimeMode | None = None, threads: int = 0) -> "PlanRunner":
         """``runtime`` None: the one the profile measured (its target's ``mode``), so the plan's
-        predictions hold; another one runs with a warning that they assume the profiled one."""
+        predictions hold; another one runs with a warning that they assume the profiled one.
+        The plan runs on its profile's backend (``profile.backend``); ``threads``: llama.cpp's (0: every core)."""
         quiet_transformers()
         runtime = runtime if runtime is not None else profiled_runtime(profile)
         kind = profile.device.kind
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
-        target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
-        check_contract(plan, profile, profile_path, describe_device(device), target.fingerprint, force)
+        check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
+        if profile.backend == "llama.cpp":
+            target = load_gguf_model(profile.target.source, threads)
+        else:
+            target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
+        check_weights(profile, target.fingerprint, force)
         if not force:
             check_prediction(plan, profile)  # a hand-edited shape does not run under the old prediction
         if profile.target.mode != runtime.profile_label:
@@ -142,7 +147,9 @@ class PlanRunner:
             engine = build_adaptive_engine(plan, profile, target, device, runtime)
         else:
             engine = build_engine(plan, profile, target, device, runtime)
-        plain = SpeculativeEngine(target.model, device, eos_ids(target), runtime=runtime)
+        # llama.cpp: plain decoding shares the engine's target session (each generate resets it)
+        plain_target = engine.target if target.backend == "llama.cpp" else target.model
+        plain = SpeculativeEngine(plain_target, device, engine.eos_ids, runtime=runtime)
         return cls(plan, profile, target, engine, plain, device, runtime)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
@@ -170,7 +177,8 @@ class PlanRunner:
         """The prompt's token ids; PromptError if it and ``max_new_tokens`` do not fit the target's context."""
         prompt_ids = encode_prompt(self.target.tokenizer, prompt.text)
         label = "the prompt" if prompt.prompt_id == "prompt" else f"prompt {prompt.prompt_id}"
-        check_fits(len(prompt_ids), max_new_tokens, draft_width(self.plan), model_context(self.target.model.config), label)
+        context = LLAMA_CPP_CONTEXT if self.target.backend == "llama.cpp" else model_context(self.target.model.config)
+        check_fits(len(prompt_ids), max_new_tokens, draft_width(self.plan), context, label)
         return prompt_ids
 
     def run_prompt(self, prompt: Prompt, max_new_tokens: int, temperature: float, top_p: float, seed: int,
@@ -185,7 +193,7 @@ class PlanRunner:
             speedup = result.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None
             index = first_divergence(baseline.token_ids, result.token_ids) if sampling.greedy else None
             identical = list(baseline.token_ids) == list(result.token_ids)
-            gap = divergence_gap(self.target.model, prompt_ids, baseline.token_ids, index) if index is not None else None
+            gap = divergence_gap(self.plain.target if self.target.backend == "llama.cpp" else self.target.model, prompt_ids, baseline.token_ids, index) if index is not None else None
             plain = PlainComparison(baseline.tokens_per_s, speedup, identical, index, gap)
         return RunResult(
             prompt_id=prompt.prompt_id, category=prompt.category, token_ids=tuple(result.token_ids),

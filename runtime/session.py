@@ -34,6 +34,11 @@ from specplan.runtime.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
 
 
+def as_session(model: "torch.nn.Module | Session", device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
+    """``model`` itself when it is already a session (any backend), else a torch session over it."""
+    return model if isinstance(model, Session) else ModelSession(model, device, runtime=runtime)
+
+
 class ModelSession(Session):
     """``model``, its KV cache and the token ids the cache holds: the torch backend of the
     session contract (:class:`~specplan.runtime.backend.Session`).

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specplan.core.contract import load_plan_and_profile
-from specplan.core.errors import PlanError
+from specplan.core.errors import PlanError, SpecplanError
 from specplan.core.plan import Plan, load_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.core.prompts import Prompt
@@ -87,21 +87,25 @@ class Runner:
     """An opened plan: its models loaded, its contract checked, ready to generate.
 
     ``Runner.open(path)`` refuses a plan whose profile, device or target weights changed unless
-    ``force``; ``runtime`` is ``eager``, ``static`` or ``compiled`` (README, "Fast forward
-    passes"); by default the one the plan's profile measured, so the predictions hold.
+    ``force``; ``runtime`` is ``eager``, ``static`` or ``compiled`` (docs/guide.md, "Fast
+    forward passes"); by default the one the plan's profile measured, so the predictions hold.
     """
 
     def __init__(self, runner: "PlanRunner"):
         self._runner = runner
 
     @classmethod
-    def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False) -> "Runner":
+    def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False,
+             threads: int = 0) -> "Runner":
+        """Load the plan's models on its profile's backend (torch, or llama.cpp with ``threads``; 0: every core)."""
+        if threads < 0:
+            raise SpecplanError(f"threads {threads}: pass at least 1, or 0 for every core")
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
         mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
         quiet_import_noise()
         from specplan.runtime.runner import PlanRunner
 
-        return cls(PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode))
+        return cls(PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode, threads=threads))
 
     @property
     def plan(self) -> Plan:

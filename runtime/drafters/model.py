@@ -13,7 +13,8 @@ import torch
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.sampling import target_probabilities
 from specplan.core.runtime_modes import EAGER, RuntimeMode
-from specplan.runtime.session import ModelSession
+from specplan.runtime.backend import Session
+from specplan.runtime.session import as_session
 
 
 def choose_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> tuple[int, torch.Tensor | None]:
@@ -27,14 +28,14 @@ def choose_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torc
 
 
 class ModelDrafter(Drafter):
-    def __init__(self, name: str, model: torch.nn.Module, device: torch.device, runtime: RuntimeMode = EAGER):
+    def __init__(self, name: str, model: "torch.nn.Module | Session", device: torch.device, runtime: RuntimeMode = EAGER):
         self.name = name
-        self.session = ModelSession(model, device, runtime=runtime)
+        self.session = as_session(model, device, runtime)  # any backend: a chain needs only extend
 
     def reset(self) -> None:
         self.session.reset()
 
-    def sessions(self) -> list[ModelSession]:
+    def sessions(self) -> list[Session]:
         return [self.session]
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:

@@ -14,7 +14,8 @@ from specplan.core.plan import Plan, Prediction, Stage, StageShape
 from specplan.core.plan_adaptive import AdaptiveCandidate, AdaptiveSettings
 from specplan.core.profile import AcceptanceEntry
 from specplan.profiler.acceptance import AcceptanceCounter
-from specplan.profiler.retrieval_acceptance import replay_retrieval, teacher_forced_logits
+from specplan.profiler.acceptance import teacher_forced_logits
+from specplan.profiler.retrieval_acceptance import replay_retrieval
 from specplan.runtime import stage as stage_module
 from specplan.runtime.adaptive_build import build_adaptive_engine
 from specplan.runtime.drafters.base import SamplingConfig
