@@ -4,7 +4,7 @@ A quant-aware profile (``specplan profile --quant gptq --quant nf4 --quant none`
 target's T(n) in its first precision and the others as variants (``target-nf4``,
 ``target-bfloat16``). Here each variant in turn is made the target, with the drafters'
 acceptance as measured against the profiled target (an approximation: a 4-bit target's greedy
-tokens differ a little from a bf16 one's, docs/guide.md "Quantized targets"), and the planner
+tokens differ a little from a bf16 one's, docs/guide.md "4-bit targets"), and the planner
 solves it with its default options. Printed per precision: T(n) at n = 1..64, plain decoding
 tokens/s predicted from T(1), the plan and its predicted speedup. No model is loaded.
 

@@ -1,5 +1,7 @@
-"""The ``specplan`` command line: profile, plan, run, bench, roofline, export, quantize, distill
-(docs/formats.md, "Command line"). One module per verb, each with ``add_parser`` and ``command``.
+"""The ``specplan`` command line: profile, plan, run, bench, roofline, export, quantize, distill,
+models, compile (docs/formats.md, "Command line"). Each verb has a module of its name with
+``add_parser`` and ``command``; a verb's variants (``plan --sku``, ``run --batch``, ...) live in
+modules beside it.
 
 Exit codes: 0 success; 2 bad input (one line on stderr saying what to change); 1 an
 internal failure; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); 141 stdout closed early

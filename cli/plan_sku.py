@@ -1,5 +1,6 @@
 """``specplan plan PROFILE --sku NAME|all``: plans for a named device from the SKU table:
-measured acceptance, roofline latency (README, "Planning for other devices").
+measured acceptance, roofline latency (docs/guide.md, "Planning for other devices
+and serving engines").
 
 No torch: the pure planner plus file I/O. Bad input (an unknown SKU, a profile without model
 shapes) is a SpecplanError: one line, exit code 2.

@@ -1,4 +1,5 @@
-"""The bounds on what an input may ask for, in one place (docs/guide.md, "Bounds").
+"""The bounds on what an input may ask for, in one place (docs/guide.md, "Files specplan writes,
+and the bounds on what it reads").
 
 The planner's search, a plan read from disk and the runtime all check against these, so that
 a typo such as ``--max-budget 1000000000`` is a one-line error instead of a hang.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU readiness check (docs/guide.md, "On a GPU"). On a CUDA machine with the
-# repository and its wheels installed (.venv, or PYTHON=... naming an interpreter that has
-# specplan and a CUDA build of torch), in under 10 minutes:
+# GPU readiness check (docs/guide.md, "Latency-only profiles and the GPU check"). On a CUDA
+# machine with the repository and its wheels installed (.venv, or PYTHON=... naming an
+# interpreter that has specplan and a CUDA build of torch), in under 10 minutes:
 #   1. the CUDA-only tests (pytest -m cuda);
 #   2. latency-only profiles (random weights) of Qwen2.5-1.5B, Llama-3-8B and a Llama-3-70B
 #      slice, each in eager and compiled (CUDA graphs) steps;
