@@ -68,6 +68,8 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     transformers and llama.cpp peers read to pick a draft length; ``context``: the longest prompt
     plus max-new-tokens (the llama.cpp peers' context size; 0: the model's trained context)."""
     methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
+    if runner.backend == "llama.cpp":
+        return methods + llama_cpp_backend_peers(runner, settings, sampling, notes)
     if "plain-runtime" in settings.baselines:
         methods.append(EngineMethod("plain-runtime", "plain", runner.plain, sampling, "specplan's runtime, the target alone"))
     peers = [name for name in ("plain", "hf-assisted", "hf-lookup") if name in settings.baselines or name == "plain"]
@@ -77,9 +79,24 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     return methods
 
 
+def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
+    """A plan on the llama.cpp backend is measured against llama.cpp's own plain decoding of the same
+    GGUF (one-token ``llama_decode`` and argmax: llama.cpp at its own speed, the reference); the
+    transformers peers decode another engine's weights, so they are left out with a note."""
+    plain = EngineMethod("plain-runtime", "plain", runner.plain, sampling,
+                         "llama.cpp plain decoding: one-token llama_decode and argmax, the target alone")
+    skipped = [name for name in settings.baselines if name not in ("plain", "plain-runtime", "grid")]
+    if skipped:
+        notes.append(f"{', '.join(skipped)} left out: the plan runs on the llama.cpp backend, whose plain decoding of "
+                     "the same GGUF is the reference")
+    return [plain]
+
+
 def _compile_first(runner, prompt_ids: list[int], notes: list[str]) -> None:
     """With the compiled runtime, compile every width's graph of the target and of a model
     drafter before anything is timed (compile time is reported apart, never measured)."""
+    if runner.backend != "torch":
+        return  # llama.cpp compiles nothing at run time
     models = [runner.target.model]
     drafter = runner.engine.drafter
     # a draft head's session is never compiled; a hierarchy's middle sessions compile too
@@ -150,8 +167,9 @@ def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig,
                 engine = runner.engine
             else:
                 try:
+                    shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
                     engine = build.build_engine(replace(runner.plan, stages=point.stages), runner.profile,
-                                                runner.target, runner.device, runner.runtime)
+                                                runner.target, runner.device, runner.runtime, shared)
                 except SpecplanError as error:
                     notes.append(f"grid point {point.name} cannot run: {error}")
                     continue
@@ -183,7 +201,7 @@ def run_grid(runner, report: BenchReport, encoded, settings: BenchSettings, samp
     warm_up(methods, subset[0][1], settings.warmup_tokens)
     predicted = {p.name: p.predicted.tokens_per_s for p in kept}
     report.grid_reference = "plain-runtime"
-    report.grid_rows = interleave(methods, subset, settings.max_new_tokens, "plain-runtime", runner.target.model,
+    report.grid_rows = interleave(methods, subset, settings.max_new_tokens, "plain-runtime", runner.reference_model,
                                   sampling, predicted, "bench: grid")
     for point in kept:
         measurements = [r.measurement for r in report.grid_rows if r.method == point.name]
@@ -198,7 +216,8 @@ def _meta(runner, settings: BenchSettings, prompts: Sequence[Prompt], command: s
         "predicted_tokens_per_s": plan.predicted.tokens_per_s, "predicted_speedup": plan.predicted.speedup,
         "predicted_accepted": plan.predicted.accepted_per_target_forward,
         "target_source": runner.profile.target.source, "dtype": runner.target.dtype, "device": str(runner.device),
-        "threads": torch.get_num_threads(), "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
+        "threads": torch.get_num_threads() if runner.backend == "torch" else runner.plain.target.threads,
+        "backend": runner.backend, "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
         "prompt_source": prompt_source, "temperature": plan.temperature, "baselines": list(settings.baselines),
         "grid_gammas": list(settings.grid_gammas), "grid_budgets": list(settings.grid_budgets),
         "grid_limit": settings.grid_limit, "grid_min_speedup": settings.grid_min_speedup,
@@ -249,7 +268,7 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
         predicted["plain-runtime"] = 1000.0 / latency(1)
     _compile_first(runner, encoded[0][1], notes)
     warm_up(methods, encoded[0][1], settings.warmup_tokens)
-    rows = interleave(methods, encoded, settings.max_new_tokens, reference, runner.target.model, sampling,
+    rows = interleave(methods, encoded, settings.max_new_tokens, reference, runner.reference_model, sampling,
                       predicted, "bench: " + " ".join(names))
     report = BenchReport(_meta(runner, settings, prompts, command, prompt_source, load_start),
                          [{"name": m.name, "kind": m.kind, "description": m.description,
@@ -260,7 +279,10 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     if "grid" in settings.baselines:
         run_grid(runner, report, encoded, settings, sampling, latency, costs)
     report.meta["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    if runner.target.dtype != "float32":
+    if runner.backend == "llama.cpp":
+        notes.append("llama.cpp: a decode of n tokens is not bit-identical to n one-token decodes (docs/backends.md), so "
+                     "an output may part from plain decoding at a numerical near-tie; each parting names its top-2 gap")
+    elif runner.target.dtype != "float32":
         notes.append(f"{runner.target.dtype}: a forward over n tokens is not bit-identical to n one-token forwards, and "
                      "the runtime prefills all but the last prompt token before decoding, so its outputs (plain-runtime "
                      "included) may part from transformers' at numerical near-ties; float32 runs are token-identical")

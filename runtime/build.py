@@ -227,15 +227,16 @@ def check_stages(plan: Plan, profile: Profile) -> None:
 
 
 def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
-                 runtime: RuntimeMode = EAGER) -> SpeculativeEngine:
+                 runtime: RuntimeMode = EAGER, session: Session | None = None) -> SpeculativeEngine:
     """The engine that executes ``plan``'s stages on ``target`` (plain decoding when it has none).
 
     A plan of several stages (bottom first) becomes a chain: every middle model is a
     :class:`HierarchyDrafter` over its own stage and its own KV cache (HSD, arXiv 2510.19705).
     An adaptive plan's other candidates are built by :mod:`specplan.runtime.adaptive_build`.
+    ``session``: the target's session to reuse (engines that never run at once may share one).
     """
     check_stages(plan, profile)
-    session = target_session(target, device, runtime)
+    session = session if session is not None else target_session(target, device, runtime)
     stop = eos_ids(target) | session.eos_ids
     if not plan.stages:
         return SpeculativeEngine(session, device, stop, runtime=runtime)

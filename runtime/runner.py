@@ -173,6 +173,16 @@ class PlanRunner:
             sys.stdout.write("\n")
         return result
 
+    @property
+    def backend(self) -> str:
+        return self.target.backend
+
+    @property
+    def reference_model(self):
+        """What reads the target's logits for a divergence's top-2 gap: the torch model, or on
+        llama.cpp the plain engine's session (reset before and after each read)."""
+        return self.plain.target if self.target.backend == "llama.cpp" else self.target.model
+
     def check_prompt(self, prompt: Prompt, max_new_tokens: int) -> list[int]:
         """The prompt's token ids; PromptError if it and ``max_new_tokens`` do not fit the target's context."""
         prompt_ids = encode_prompt(self.target.tokenizer, prompt.text)
@@ -193,7 +203,7 @@ class PlanRunner:
             speedup = result.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None
             index = first_divergence(baseline.token_ids, result.token_ids) if sampling.greedy else None
             identical = list(baseline.token_ids) == list(result.token_ids)
-            gap = divergence_gap(self.plain.target if self.target.backend == "llama.cpp" else self.target.model, prompt_ids, baseline.token_ids, index) if index is not None else None
+            gap = divergence_gap(self.reference_model, prompt_ids, baseline.token_ids, index) if index is not None else None
             plain = PlainComparison(baseline.tokens_per_s, speedup, identical, index, gap)
         return RunResult(
             prompt_id=prompt.prompt_id, category=prompt.category, token_ids=tuple(result.token_ids),
