@@ -26,3 +26,13 @@ def test_unknown_workload_or_split_is_a_prompt_error():
         workload_split("mmlu", "calibration")
     with pytest.raises(PromptError, match="calibration or evaluation"):
         workload_split("humaneval", "train")
+
+
+def test_humaneval_edit_reprints_each_canonical_solution_with_every_edit_in_both_splits():
+    calibration, evaluation = (workload_split("humaneval-edit", split) for split in ("calibration", "evaluation"))
+    assert [p.prompt_id for p in calibration] == [p.prompt_id for p in workload_split("humaneval", "calibration")]
+    assert {p.category for p in calibration} == {p.category for p in evaluation} == {
+        "edit-type-hints", "edit-docstring", "edit-rename", "edit-comprehension"}
+    first = next(p for p in calibration if p.prompt_id == "0")
+    assert "def has_close_elements" in first.text and "for idx, elem in enumerate(numbers):" in first.text  # the solution
+    assert first.text.startswith("Add type hints") and first.text.endswith("```")
