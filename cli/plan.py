@@ -3,23 +3,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from specplan.api import solve_detailed
+from specplan.api import check_batch_sizes, solve_plan_file
 from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
-from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_file
 from specplan.core.plan import Plan, save_plan
-from specplan.planner.batched_scope import batched_scope
-from specplan.core.profile import Profile, batch_sizes, load_profile
-from specplan.core.yamlio import file_sha256
+from specplan.core.profile import Profile, load_profile
 from specplan.planner import explain as explain_result
 from specplan.planner.explain_schedule import schedule_table
-from specplan.planner.adaptive_plan import make_adaptive
 from specplan.planner.options import runtime_options
-from specplan.planner.batch import scheduled_batches
-from specplan.planner.schedule import with_schedule
 
 
 def add_parser(commands) -> None:
@@ -54,35 +47,13 @@ def add_parser(commands) -> None:
 
 
 
-def _check_batches(profile: Profile, batches: tuple[int, ...]) -> None:
-    try:
-        scheduled_batches(profile, batches)
-    except ValueError as error:
-        raise SpecplanError(f"--batch-sizes: {error}; re-profile with `specplan profile --batch-sizes ...`") from None
-
-
-def _scheduled(plan: Plan, profile: Profile, options, batches: tuple[int, ...] | None):
-    """``plan`` with its schedule when the profile has T(n, b) at more than batch 1 (or batches are asked)."""
-    if batches is None and len(batch_sizes(profile)) < 2:
-        return plan, None
-    if batches is not None:
-        _check_batches(profile, batches)
-    return with_schedule(plan, profile, options, batches)
-
-
 def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
                      temperature: float, explain: bool, stages: int | None = None,
                      batches: tuple[int, ...] | None = None, adaptive: bool = False, batched: bool = False) -> Plan:
-    options = runtime_options(max_budget, max_depth, temperature)
-    if batched:
-        profile, options = batched_scope(profile, options)
-    relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
-    solution = solve_detailed(profile, options, stages=stages, profile_path=relative,
-                              profile_sha256=file_sha256(profile_path))
-    plan, result = solution.plan, solution.result
-    plan, scheduled = _scheduled(plan, profile, options, batches)
-    if adaptive:
-        plan = make_adaptive(plan, result.candidates, profile)
+    """Solve (:func:`specplan.api.solve_plan_file`), write ``plan_path`` and print what was chosen."""
+    solution = solve_plan_file(profile, profile_path, plan_path, runtime_options(max_budget, max_depth, temperature),
+                               stages=stages, batches=batches, adaptive=adaptive, batched=batched)
+    plan, result, scheduled = solution.plan, solution.result, solution.schedule
     save_plan(plan, plan_path)
     predicted = plan.predicted
     print(f"specplan: wrote {plan_path}: {plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
@@ -119,7 +90,7 @@ def command(args) -> int:
     check_output_file(output, kind="plan", inputs=[args.profile])
     batches = parse_batch_sizes(args.batch_sizes)
     if batches is not None:
-        _check_batches(profile, batches)  # before any solving: one line, no work
+        check_batch_sizes(profile, batches)  # before any solving: one line, no work
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
                      temperature=args.temperature, explain=args.explain, stages=args.stages, batches=batches,
                     adaptive=args.adaptive, batched=args.batched)

@@ -19,6 +19,7 @@ The command line (``specplan.cli``) is built on these functions (docs/architectu
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,18 +37,22 @@ from specplan.planner.options import RUNTIME_MAX_STAGES, runtime_options
 from specplan.planner.solve import plan_for_candidate
 
 if TYPE_CHECKING:
+    from specplan.planner.schedule import ScheduleResult
     from specplan.runtime.runner import PlanRunner, RunResult
 
-__all__ = ["Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "solve", "solve_detailed"]
+__all__ = ["Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "solve", "solve_detailed",
+           "solve_plan_file"]
 
 
 @dataclass(frozen=True)
 class Solution:
     """What :func:`solve_detailed` returns: the chosen ``plan`` and the planner's whole ``result``
-    (every candidate, the LP check, the overall best when ``stages`` restricted the choice)."""
+    (every candidate, the LP check, the overall best when ``stages`` restricted the choice);
+    :func:`solve_plan_file` adds ``schedule``, the per-batch schedule's result when the plan has one."""
 
     plan: Plan
     result: PlanResult
+    schedule: "ScheduleResult | None" = None
 
 
 def solve_detailed(profile: Profile, options: PlanOptions | None = None, *, stages: int | None = None,
@@ -75,6 +80,50 @@ def solve_detailed(profile: Profile, options: PlanOptions | None = None, *, stag
             return Solution(plan_for_candidate(result, candidate), result)
     raise PlanError(f"the profile allows no {stages}-stage configuration (a hierarchy needs acceptance entries "
                     "measured against a middle model: re-run `specplan profile` with a model drafter)")
+
+
+def solve_plan_file(profile: Profile, profile_path: Path, plan_path: Path, options: PlanOptions, *,
+                    stages: int | None = None, batches: tuple[int, ...] | None = None, adaptive: bool = False,
+                    batched: bool = False) -> Solution:
+    """What ``specplan plan`` writes to ``plan_path``: the solved plan (recording ``profile_path``
+    relative to the plan's folder), with its schedule when the profile measured several batch sizes
+    (or ``batches`` asks), made adaptive (``adaptive``), or solved only among what the batched runtime
+    executes (``batched``). Nothing is written or printed here."""
+    from specplan.planner.adaptive_plan import make_adaptive
+    from specplan.planner.batched_scope import batched_scope
+
+    if batched:
+        profile, options = batched_scope(profile, options)
+    relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
+    solution = solve_detailed(profile, options, stages=stages, profile_path=relative,
+                              profile_sha256=file_sha256(profile_path))
+    plan, scheduled = _scheduled(solution.plan, profile, options, batches)
+    if adaptive:
+        plan = make_adaptive(plan, solution.result.candidates, profile)
+    return Solution(plan, solution.result, scheduled)
+
+
+def _scheduled(plan: Plan, profile: Profile, options: PlanOptions, batches: tuple[int, ...] | None):
+    """(``plan`` with its schedule, the schedule's result) when the profile has T(n, b) at more than
+    batch 1 or ``batches`` are asked; else (``plan``, None)."""
+    from specplan.core.profile import batch_sizes
+    from specplan.planner.schedule import with_schedule
+
+    if batches is None and len(batch_sizes(profile)) < 2:
+        return plan, None
+    if batches is not None:
+        check_batch_sizes(profile, batches)
+    return with_schedule(plan, profile, options, batches)
+
+
+def check_batch_sizes(profile: Profile, batches: tuple[int, ...]) -> None:
+    """Refuse (one line) schedule batch sizes the profile did not measure."""
+    from specplan.planner.batch import scheduled_batches
+
+    try:
+        scheduled_batches(profile, batches)
+    except ValueError as error:
+        raise SpecplanError(f"--batch-sizes: {error}; re-profile with `specplan profile --batch-sizes ...`") from None
 
 
 def solve(profile: Profile, options: PlanOptions | None = None, *, stages: int | None = None,
