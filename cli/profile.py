@@ -50,9 +50,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--engine", default=None, choices=["llama.cpp"],
                         help="measure T(n) with this serving engine (llama-cpp-python) on the models' GGUF files; "
                              "acceptance and drafters come from --acceptance-from PROFILE")
-    parser.add_argument("--backend", default="torch", choices=["torch", "llama.cpp"],
-                        help="the runtime whose costs are measured and whose plans `run` executes: torch (default) or "
-                             "llama.cpp (the GGUF files as they are, through llama-cpp-python; docs/backends.md)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "llama.cpp"],
+                        help="the runtime whose costs are measured and whose plans `run` executes: llama.cpp (the GGUF "
+                             "files as they are, through llama-cpp-python; docs/backends.md) or torch; auto (default): "
+                             "llama.cpp for a GGUF target on the CPU with GGUF or retrieval drafters, else torch")
     parser.add_argument("--threads", type=int, default=None,
                         help="with --engine or --backend llama.cpp: llama.cpp's CPU threads (default: every core, as llama-server; on a "
                              "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
@@ -93,6 +94,48 @@ def check_outputs(args) -> Path | None:
     return plan_path
 
 
+def torch_only_options(args, batch_sizes: tuple[int, ...]) -> list[str]:
+    """The options given that only the torch backend honours."""
+    drafters = [parse_drafter_spec(spec) for spec in (args.drafter or ())]
+    refused = [(args.quant and args.quant != ["none"], "--quant (a GGUF file is already quantised)"),
+               (args.device == "cuda", "--device cuda (the llama.cpp backend runs on the CPU here)"),
+               (batch_sizes != (1,), "--batch-sizes (batched plans run on the torch backend)"),
+               (args.dtype != "auto", "--dtype (llama.cpp computes in the GGUF file's own types)"),
+               (any(spec.kind in ("layerskip", "head") for spec in drafters),
+                "layerskip: or head: drafters (they read the torch model's layers)")]
+    return [option for bad, option in refused if bad]
+
+
+def resolve_backend(args, batch_sizes: tuple[int, ...]) -> str:
+    """``--backend auto``: llama.cpp, the engine a GGUF user already runs, when the target is a GGUF file,
+    the device the CPU and no option needs torch; else torch (docs/guide.md, "Which backend")."""
+    if args.backend != "auto":
+        return args.backend
+    from specplan.core.errors import ModelError
+    from specplan.models.load import gguf_file
+
+    try:
+        gguf = gguf_file(args.target or "default")
+    except ModelError:
+        return "torch"  # the torch path reports the bad target in its own words
+    cpu = args.device == "cpu" or (args.device == "auto" and not _cuda_available())
+    if gguf is None or not cpu or torch_only_options(args, batch_sizes) or not _llama_cpp_installed():
+        return "torch"
+    return "llama.cpp"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _llama_cpp_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
 def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
     """Options the llama.cpp backend cannot honour, refused in one line before anything loads."""
     if args.threads is not None and args.threads < 1:
@@ -101,13 +144,8 @@ def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
         if args.threads is not None:
             raise SpecplanError("--threads sets llama.cpp's threads; pass it with --backend llama.cpp or --engine llama.cpp")
         return
-    refused = [(args.quant and args.quant != ["none"], "--quant (a GGUF file is already quantised)"),
-               (args.device == "cuda", "--device cuda (the llama.cpp backend runs on the CPU here)"),
-               (batch_sizes != (1,), "--batch-sizes (batched plans run on the torch backend)"),
-               (args.dtype != "auto", "--dtype (llama.cpp computes in the GGUF file's own types)")]
-    for bad, option in refused:
-        if bad:
-            raise SpecplanError(f"--backend llama.cpp does not take {option}; drop it or use --backend torch")
+    for option in torch_only_options(args, batch_sizes):
+        raise SpecplanError(f"--backend llama.cpp does not take {option}; drop it or use --backend torch")
 
 
 def command(args) -> int:
@@ -123,6 +161,7 @@ def command(args) -> int:
 
         return latency_only_command(args)
     batch_sizes = parse_batch_sizes(args.batch_sizes) or (1,)
+    args.backend = resolve_backend(args, batch_sizes)
     check_backend_options(args, batch_sizes)
     plan_path = check_outputs(args)
     defaults = LLAMA_CPP_DRAFTERS if args.backend == "llama.cpp" else DEFAULT_DRAFTERS
@@ -159,6 +198,7 @@ def command(args) -> int:
     if args.backend == "llama.cpp":
         from specplan.models.load import load_gguf_model
 
+        print("specplan: backend llama.cpp: the GGUF file as llama.cpp runs it (--backend torch for the torch runtime)")
         profile = run_profile(load_gguf_model(args.target or "default", args.threads or 0), specs, prompts, device, settings)
     elif quants == ["none"]:
         target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))
