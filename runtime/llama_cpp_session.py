@@ -1,0 +1,442 @@
+"""The llama.cpp backend of the session contract (:class:`~specplan.runtime.backend.Session`),
+on llama-cpp-python's low-level C API (docs/backends.md).
+
+One llama.cpp context holds one unified KV cache (``kv_unified``) shared by ``max_tree_paths + 2``
+sequence ids. Sequence 0 is the committed text: ``cached`` lists its tokens, at positions
+``0 .. len(cached) - 1``. A chain ``extend`` appends to sequence 0. A tree ``extend`` gives each
+root-to-leaf path its own sequence ``1 .. paths``: the committed prefix is copied to it
+(``llama_memory_seq_cp``, which in a unified cache only tags the prefix's cells with the new id),
+and every node is decoded once, tagged with the ids of all paths through it, at position
+``len(cached) + depth``. llama.cpp's attention mask lets a cell attend to the cells that share one
+of its sequence ids at earlier or equal positions: exactly the node's ancestors, itself and the
+prefix (tree attention). ``keep`` then tags the accepted path's cells with sequence 0 and removes
+every path sequence, which frees the cells of the rejected branches.
+
+Cell order: llama.cpp's attention sums a query's cells in the order they sit in memory, so for
+the logits to equal those of a chain (bit for bit, docs/backends.md) sequence 0's cells must sit
+in position order. A freed cell below a kept one would be reused by a later token, so ``keep``
+tags the rejected cells that lie below the last kept cell with a junk sequence (id
+``max_tree_paths + 1``, never attended to) instead of freeing them, and only frees those above.
+When junk would crowd out an extend, sequence 0 is compacted: saved, the cache cleared, and
+restored into consecutive cells (``llama_state_seq_get_data`` / ``set_data``, an exact copy).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specplan.core.errors import BackendMissingError, ModelError, SpecplanError
+from specplan.core.parents import check_parents, node_depths
+from specplan.runtime.backend import Session
+
+COMMITTED = 0  # the sequence id of the committed text; path p of a tree extend has id p + 1
+BATCH = 512  # tokens per llama_decode (n_batch = n_ubatch); a longer extend is split into several
+
+
+def _llama_cpp():
+    """The ``llama_cpp`` module; a one-line SpecplanError when llama-cpp-python is not installed."""
+    try:
+        import llama_cpp
+    except ImportError:
+        raise BackendMissingError("the llama.cpp backend needs llama-cpp-python; "
+                                  "install it with `pip install llama-cpp-python`") from None
+    return llama_cpp
+
+
+_SILENT_LOG = None  # the no-op log callback; kept here so ctypes never frees it while llama.cpp holds it
+_BACKEND_READY = False
+
+
+def _prepare_backend(llama_cpp, verbose: bool) -> None:
+    """Initialise llama.cpp's backend once per process and, unless ``verbose``, silence its log."""
+    global _SILENT_LOG, _BACKEND_READY
+    if not verbose and _SILENT_LOG is None:
+        _SILENT_LOG = llama_cpp.llama_log_callback(lambda level, text, user_data: None)
+        llama_cpp.llama_log_set(_SILENT_LOG, ctypes.c_void_p(0))
+    if not _BACKEND_READY:
+        llama_cpp.llama_backend_init()
+        _BACKEND_READY = True
+
+
+def _has_amx(llama_cpp) -> bool:
+    """Whether this llama.cpp build uses the CPU's AMX tiles (docs/backends.md, "AMX")."""
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
+
+
+def load_model(llama_cpp, model_path: str | Path, exact: bool = True):
+    """Load the GGUF file at ``model_path`` on the CPU; ModelError (one line) when it is missing or unloadable.
+
+    Weight repacking ("extra buffer types") stays off when ``exact`` (batch invariance was measured
+    without it) and on a CPU with AMX (this build's AMX repacking segfaults in llama_decode)."""
+    path = Path(model_path)
+    if not path.is_file():
+        raise ModelError(f"GGUF file {path} does not exist; pass the path of an existing .gguf file")
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = not exact and not _has_amx(llama_cpp)
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelError(f"llama.cpp could not load {path} (not a GGUF model this llama.cpp supports); "
+                         "pass a valid .gguf file, or set verbose=True to see llama.cpp's reason")
+    return model
+
+
+def context_params(llama_cpp, n_ctx: int, sequences: int, threads: int, exact: bool):
+    """llama.cpp context parameters: BATCH-token decodes with a logits row per token, one unified
+    KV cache for ``sequences`` sequence ids.
+
+    ``exact``: flash attention on and one-token decodes on one thread (batches on ``threads``).
+    Then a decode of fewer than 64 tokens gives logits bit-identical to decoding its tokens one
+    at a time (docs/backends.md, "What lossless means here"): below 64 query rows the CPU flash
+    attention runs the same per-row kernel for any batch, and a one-token decode on several
+    threads would instead split the keys between threads once the cache view reaches 512 cells.
+    """
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = params.n_ubatch = BATCH
+    params.n_seq_max = sequences
+    params.n_outputs_max = params.n_outputs_max_per_seq = max(BATCH, sequences)
+    params.kv_unified = True
+    params.n_threads_batch = threads
+    params.n_threads = 1 if exact else threads
+    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if exact else llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+    return params
+
+
+def path_sequences(parents: Sequence[int]) -> list[list[int]]:
+    """The root-to-leaf paths of a tree (a leaf is a node with no children), in leaf order.
+
+    >>> path_sequences((-1, 0, 0, 1))
+    [[0, 2], [0, 1, 3]]
+    """
+    has_child = [False] * len(parents)
+    for parent in parents[1:]:
+        has_child[parent] = True
+    paths = []
+    for leaf in (node for node in range(len(parents)) if not has_child[node]):
+        path, node = [], leaf
+        while node >= 0:
+            path.append(node)
+            node = parents[node]
+        paths.append(path[::-1])
+    return paths
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """A tree extend's shape as the cache holds it: every node's depth, the root-to-leaf paths
+    (path p is sequence p + 1) and, for every node, a path through it."""
+
+    depths: list[int]
+    paths: list[list[int]]
+    path_of_node: list[int]
+
+    @classmethod
+    def of(cls, parents: Sequence[int]) -> "TreeLayout":
+        """The layout of the tree with parent array ``parents``."""
+        paths = path_sequences(parents)
+        path_of_node = [0] * len(parents)
+        for index in reversed(range(len(paths))):
+            for node in paths[index]:
+                path_of_node[node] = index
+        return cls(node_depths(parents), paths, path_of_node)
+
+    def path_starting_with(self, nodes: list[int]) -> int:
+        """Index of a path that begins with ``nodes``; ValueError when ``nodes`` is not root-to-leaf."""
+        for index, path in enumerate(self.paths):
+            if path[:len(nodes)] == nodes:
+                return index
+        raise ValueError(f"nodes {nodes} are not a root-to-leaf path of the last tree extend")
+
+
+def node_sequence_ids(parents: Sequence[int], paths: list[list[int]]) -> list[list[int]]:
+    """For every node, the sequence ids (path p has id p + 1) of the paths through it."""
+    ids: list[list[int]] = [[] for _ in parents]
+    for index, path in enumerate(paths):
+        for node in path:
+            ids[node].append(COMMITTED + 1 + index)
+    return ids
+
+
+class LlamaCppSession(Session):
+    """A GGUF model in a llama.cpp context, its KV cache and the token ids sequence 0 holds.
+
+    ``n_ctx``: cache cells (the committed text plus one extend's nodes must fit); ``threads``:
+    llama.cpp's threads (default ``os.cpu_count()``); ``max_tree_paths``: the most root-to-leaf
+    paths a tree extend may have (one sequence id each); ``verbose``: keep llama.cpp's log;
+    ``exact``: settings under which an extend of fewer than 64 tokens gives logits bit-identical
+    to one-token extends (see :func:`context_params`; off: faster one-token decodes on many cores).
+    Use it as a context manager or call :meth:`close` to free the model and context.
+    """
+
+    backend = "llama.cpp"
+
+    def __init__(self, model_path: str | Path, n_ctx: int = 4096, threads: int | None = None,
+                 max_tree_paths: int = 64, verbose: bool = False, exact: bool = True):
+        """Load ``model_path`` and create its context (the arguments are in the class docstring)."""
+        self._llama = _llama_cpp()
+        _prepare_backend(self._llama, verbose)
+        if max_tree_paths < 1 or n_ctx < 1:
+            raise SpecplanError(f"n_ctx ({n_ctx}) and max_tree_paths ({max_tree_paths}) must be at least 1")
+        self.model_path = Path(model_path)
+        self.max_tree_paths = max_tree_paths
+        self.junk_sequence = max_tree_paths + 1
+        self.threads = threads or os.cpu_count() or 1
+        self.exact = exact
+        self.device = torch.device("cpu")
+        self.cached: list[int] = []
+        self.forwards = 0
+        self.forward_seconds = 0.0
+        self.compactions = 0  # times sequence 0 was compacted to make room
+        self._model = self._context = self._batch = None
+        self._model = load_model(self._llama, self.model_path, exact)
+        self._context = self._new_context(n_ctx)
+        self._memory = self._llama.llama_get_memory(self._context)
+        self._batch = self._llama.llama_batch_init(BATCH, 0, max_tree_paths + 2)
+        self._vocab = self._llama.llama_model_get_vocab(self._model)
+        self._vocab_size = self._llama.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx = self._llama.llama_n_ctx(self._context)
+        self._tree: TreeLayout | None = None  # the last tree extend, until keep or trim
+        self._junk = 0  # cells held by the junk sequence
+
+    def _new_context(self, n_ctx: int):
+        """A context with one unified cache for ``max_tree_paths + 2`` sequences (see :func:`context_params`)."""
+        params = context_params(self._llama, n_ctx, self.max_tree_paths + 2, self.threads, self.exact)
+        context = self._llama.llama_init_from_model(self._model, params)
+        if not context:
+            self.close()
+            raise ModelError(f"llama.cpp could not create a context of {n_ctx} cells with {self.max_tree_paths + 2} "
+                             "sequences; lower n_ctx or max_tree_paths, or set verbose=True to see why")
+        return context
+
+    # ---- model facts -----------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output layer: the width of every logits row."""
+        return self._vocab_size
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """The vocab's end-of-sequence and end-of-turn tokens (those it defines)."""
+        ids = (self._llama.llama_vocab_eos(self._vocab), self._llama.llama_vocab_eot(self._vocab))
+        return frozenset(int(token) for token in ids if token >= 0)
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """``text`` as this model's token ids (``add_special``: the vocab's BOS where it adds one)."""
+        data = text.encode()
+        capacity = len(data) + 8
+        buffer = (self._llama.llama_token * capacity)()
+        count = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, False)
+        if count < 0:  # the buffer was too small: -count is the size needed
+            capacity = -count
+            buffer = (self._llama.llama_token * capacity)()
+            count = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, False)
+        return list(buffer[:count])
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of token ids ``ids`` (special tokens rendered as text)."""
+        ids = [int(token) for token in ids]
+        tokens = (self._llama.llama_token * max(1, len(ids)))(*ids)
+        capacity = 8 * len(ids) + 16
+        for _attempt in range(2):
+            buffer = ctypes.create_string_buffer(capacity)
+            count = self._llama.llama_detokenize(self._vocab, tokens, len(ids), buffer, capacity, False, True)
+            if count >= 0:
+                return buffer.raw[:count].decode(errors="replace")
+            capacity = -count
+        raise SpecplanError("llama.cpp could not detokenize the given ids")
+
+    # ---- the contract ------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Empty the cache: every sequence's cells are freed."""
+        self._check_open()
+        self._llama.llama_memory_clear(self._memory, True)
+        self.cached = []
+        self._tree = None
+        self._junk = 0
+
+    def trim(self, length: int) -> None:
+        """Keep only the first ``length`` positions of sequence 0 and drop every path sequence
+        (no-op when it holds no more and no tree is pending)."""
+        self._check_open()
+        if length <= 0:
+            self.reset()
+        elif length < len(self.cached) or self._tree is not None:
+            self._drop_path_sequences()
+            self._llama.llama_memory_seq_rm(self._memory, COMMITTED, length, -1)
+            del self.cached[length:]
+
+    def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
+        """Decode ``tokens`` (a chain, or ``tree``'s nodes) over the cache; logits [len(tokens), vocab] float32."""
+        self._check_open()
+        start = time.perf_counter()
+        tokens = [int(token) for token in tokens]
+        past = len(self.cached)
+        self._make_room(past, len(tokens))
+        if tree is None:
+            self._drop_path_sequences()
+            positions = [past + index for index in range(len(tokens))]
+            sequence_ids = [[COMMITTED]] * len(tokens)
+        else:
+            positions, sequence_ids = self._prepare_tree(tree, past, len(tokens))
+        logits = self._decode(tokens, positions, sequence_ids)
+        self.cached.extend(tokens)
+        self.forwards += 1
+        self.forward_seconds += time.perf_counter() - start
+        return logits
+
+    def keep(self, past_length: int, nodes: Sequence[int]) -> None:
+        """After an extend that began at ``past_length``, keep only the root-to-leaf ``nodes`` of it,
+        as sequence 0's cells at positions ``past_length ..`` (where they already sit)."""
+        self._check_open()
+        nodes = [int(node) for node in nodes]
+        new_tokens = self.cached[past_length:]
+        if self._tree is None:
+            if nodes != list(range(len(nodes))):
+                raise ValueError(f"nodes {nodes} are not a prefix of the last chain extend")
+            self._llama.llama_memory_seq_rm(self._memory, COMMITTED, past_length + len(nodes), -1)
+        else:
+            self._keep_path(past_length, nodes)
+        self.cached = self.cached[:past_length] + [new_tokens[node] for node in nodes]
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        """One-line SpecplanError once :meth:`close` has freed the context."""
+        if self._context is None:
+            raise SpecplanError("this llama.cpp session is closed; create a new LlamaCppSession")
+
+    def _keep_path(self, past: int, nodes: list[int]) -> None:
+        """Tag the kept path's cells with sequence 0, the rejected cells below its last node with the
+        junk sequence, and drop the path sequences (freeing the rejected cells above it)."""
+        tree = self._tree
+        if nodes:
+            sequence = COMMITTED + 1 + tree.path_starting_with(nodes)
+            self._llama.llama_memory_seq_cp(self._memory, sequence, COMMITTED, past, past + len(nodes))
+        kept = set(nodes)
+        for node in range(nodes[-1] if nodes else 0):  # a tree's cells sit in node order
+            if node not in kept:
+                position = past + tree.depths[node]
+                sequence = COMMITTED + 1 + tree.path_of_node[node]
+                self._llama.llama_memory_seq_cp(self._memory, sequence, self.junk_sequence, position, position + 1)
+                self._junk += 1
+        self._drop_path_sequences()
+
+    def _make_room(self, past: int, count: int) -> None:
+        """One-line SpecplanError when ``count`` more cells cannot fit beside ``past`` cached ones;
+        compact sequence 0 when they fit only without the junk cells."""
+        if past + count > self.n_ctx:
+            raise SpecplanError(f"the llama.cpp context holds {self.n_ctx} tokens but this extend needs {past + count} "
+                                f"({past} cached + {count} new); raise n_ctx")
+        if self._junk and past + count + self._junk > self.n_ctx:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite sequence 0 into consecutive cells and free every other cell (an exact copy)."""
+        self._drop_path_sequences()
+        size = self._llama.llama_state_seq_get_size(self._context, COMMITTED)
+        state = (ctypes.c_uint8 * size)()
+        written = self._llama.llama_state_seq_get_data(self._context, state, size, COMMITTED)
+        self._llama.llama_memory_clear(self._memory, True)
+        if written != size or self._llama.llama_state_seq_set_data(self._context, state, size, COMMITTED) != size:
+            self.cached = []
+            raise SpecplanError("llama.cpp could not restore the cache while compacting it; the session was reset")
+        self._junk = 0
+        self.compactions += 1
+
+    def _prepare_tree(self, tree, past: int, count: int) -> tuple[list[int], list[list[int]]]:
+        """Give each root-to-leaf path of ``tree`` a sequence holding the committed prefix; return
+        every node's position (past + depth) and sequence ids."""
+        parents = check_parents(tree.parents)
+        if len(parents) != count:
+            raise SpecplanError(f"the tree has {len(parents)} nodes but {count} tokens were given; pass one token per node")
+        layout = TreeLayout.of(parents)
+        if len(layout.paths) > self.max_tree_paths:
+            raise SpecplanError(f"the tree has {len(layout.paths)} root-to-leaf paths but this llama.cpp session "
+                                f"holds {self.max_tree_paths}; raise max_tree_paths")
+        self._drop_path_sequences()
+        for index in range(len(layout.paths)):
+            self._llama.llama_memory_seq_cp(self._memory, COMMITTED, COMMITTED + 1 + index, -1, -1)
+        self._tree = layout
+        return [past + depth for depth in layout.depths], node_sequence_ids(parents, layout.paths)
+
+    def _drop_path_sequences(self) -> None:
+        """Remove every path sequence (ids 1 ..): cells no sequence holds any more are freed."""
+        if self._tree is not None:
+            for index in range(len(self._tree.paths)):
+                self._llama.llama_memory_seq_rm(self._memory, COMMITTED + 1 + index, -1, -1)
+        self._tree = None
+
+    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]]) -> torch.Tensor:
+        """llama_decode the tokens in BATCH-sized pieces, logits on for each; [n, vocab] float32."""
+        rows = torch.empty((len(tokens), self._vocab_size), dtype=torch.float32)
+        for first in range(0, len(tokens), BATCH):
+            last = min(first + BATCH, len(tokens))
+            self._fill_batch(tokens[first:last], positions[first:last], sequence_ids[first:last])
+            status = self._llama.llama_decode(self._context, self._batch)
+            if status != 0:
+                self._fail_decode(status, first)
+            pointer = self._llama.llama_get_logits(self._context)
+            rows[first:last] = torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(last - first, self._vocab_size)))
+        return rows
+
+    def _fill_batch(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]]) -> None:
+        """Write one decode's tokens, positions, sequence ids and logit flags into the batch."""
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for index, (token, position, ids) in enumerate(zip(tokens, positions, sequence_ids)):
+            batch.token[index] = token
+            batch.pos[index] = position
+            batch.n_seq_id[index] = len(ids)
+            for slot, sequence in enumerate(ids):
+                batch.seq_id[index][slot] = sequence
+            batch.logits[index] = 1
+
+    def _fail_decode(self, status: int, first: int) -> None:
+        """Undo what a failed extend left in the cache and raise a one-line SpecplanError."""
+        self._drop_path_sequences()
+        self._llama.llama_memory_seq_rm(self._memory, COMMITTED, len(self.cached), -1)
+        reason = "no free cache cells; raise n_ctx" if status == 1 else "set verbose=True to see llama.cpp's reason"
+        raise SpecplanError(f"llama_decode failed with status {status} at token {first} of the extend: {reason}")
+
+    # ---- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the batch, the context and the model (safe to call twice)."""
+        llama = getattr(self, "_llama", None)
+        if llama is None:
+            return
+        if getattr(self, "_batch", None) is not None:
+            llama.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_context", None):
+            llama.llama_free(self._context)
+        self._context = self._memory = None
+        if getattr(self, "_model", None):
+            llama.llama_model_free(self._model)
+        self._model = None
+
+    def __del__(self) -> None:
+        """Free what :meth:`close` frees, quietly (the library may be gone at interpreter exit)."""
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may already be gone
+            pass
+
+    def __enter__(self) -> "LlamaCppSession":
+        """The session itself; leaving the ``with`` block closes it."""
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """Close the session."""
+        self.close()
