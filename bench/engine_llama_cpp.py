@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specplan.runtime.llama_cpp_session import high_level_llama
 from specplan.bench.llamacpp_peer import CONTEXT_STEP, LlamaCppMethod, TimedDraft
 from specplan.runtime.drafters.base import SamplingConfig
 
@@ -49,13 +50,12 @@ class GreedyDraft:
 
 def methods(gguf: str, stage, source: str, names, eos: set[int], context: int, threads: int) -> list[LlamaCppMethod]:
     """llama.cpp plain decoding and the exported setting (plain again when the export has no stage)."""
-    import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     context = -(-context // CONTEXT_STEP) * CONTEXT_STEP
     options = {"n_ctx": context, "n_threads": threads, "n_threads_batch": threads, "n_gpu_layers": 0, "verbose": False}
     greedy = SamplingConfig()
-    plain = LlamaCppMethod("llama.cpp", llama_cpp.Llama(model_path=gguf, **options), eos, greedy,
+    plain = LlamaCppMethod("llama.cpp", high_level_llama(model_path=gguf, **options), eos, greedy,
                            "llama.cpp plain decoding", {})
     if stage is None:
         return [plain]
@@ -66,10 +66,10 @@ def methods(gguf: str, stage, source: str, names, eos: set[int], context: int, t
         description = f"llama.cpp prompt lookup, size n {argument}, size m {gamma}"
     else:
         drafter = names.name(argument, "llama.cpp")
-        draft = TimedDraft(GreedyDraft(llama_cpp.Llama(model_path=drafter, **options), gamma))
+        draft = TimedDraft(GreedyDraft(high_level_llama(model_path=drafter, **options), gamma))
         description = f"llama.cpp with draft model {drafter}, {gamma} greedy drafts"
     # logits_all=True as a draft model implies: llama-cpp-python sizes its logits buffer by the argument, so
     # without it a context longer than n_batch (512) overruns the buffer
-    exported = LlamaCppMethod("exported", llama_cpp.Llama(model_path=gguf, draft_model=draft, logits_all=True, **options),
+    exported = LlamaCppMethod("exported", high_level_llama(model_path=gguf, draft_model=draft, logits_all=True, **options),
                               eos, greedy, description, {"gamma": gamma}, draft=draft)
     return [plain, exported]

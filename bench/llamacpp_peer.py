@@ -29,6 +29,7 @@ from contextlib import contextmanager
 
 import torch
 
+from specplan.runtime.llama_cpp_session import high_level_llama
 from specplan.bench.methods import ForwardLog
 from specplan.bench.metrics import Measurement
 from specplan.core.errors import BackendMissingError
@@ -159,7 +160,7 @@ def build_llamacpp_peers(names: Sequence[str], runner, sampling: SamplingConfig,
     eos = eos_ids(runner.target)
     methods = []
     if "llama.cpp" in wanted:
-        methods.append(LlamaCppMethod("llama.cpp", llama_cpp.Llama(**options), eos, sampling,
+        methods.append(LlamaCppMethod("llama.cpp", high_level_llama(**options), eos, sampling,
                                       f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) decoding, {where}",
                                       {"n_threads": threads, "n_ctx": context}))
     if "llama.cpp-lookup" in wanted:
@@ -167,7 +168,7 @@ def build_llamacpp_peers(names: Sequence[str], runner, sampling: SamplingConfig,
         draft = TimedDraft(LlamaPromptLookupDecoding(max_ngram_size=size, num_pred_tokens=gamma))
         # logits_all=True as the draft model implies: llama-cpp-python sizes its logits buffer by the argument
         # (n_batch rows without it), so a prompt longer than n_batch would overrun it
-        methods.append(LlamaCppMethod("llama.cpp-lookup", llama_cpp.Llama(**options, draft_model=draft, logits_all=True),
+        methods.append(LlamaCppMethod("llama.cpp-lookup", high_level_llama(**options, draft_model=draft, logits_all=True),
                                       eos, sampling,
                                       f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) prompt lookup, "
                                       f"num_pred_tokens {gamma}, max_ngram_size {size} ({why}), {where}",

@@ -14,6 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
+from specplan.runtime.llama_cpp_session import high_level_llama
 from specplan.core.errors import SpecplanError
 from specplan.core.profile import LatencyCurve
 
@@ -32,10 +33,9 @@ def llama_cpp_version() -> str:
 
 def measure_curve(gguf: str | Path, context: int, ns: tuple[int, ...], repeats: int = 5, threads: int = 2) -> LatencyCurve:
     """llama.cpp's T(n) for the model in ``gguf`` at ``context`` cached tokens, n in ``ns``."""
-    import llama_cpp
 
     largest = max(ns)
-    llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=context + largest + 8, n_batch=max(context, largest),
+    llm = high_level_llama(model_path=str(gguf), n_ctx=context + largest + 8, n_batch=max(context, largest),
                           n_ubatch=max(context, largest), n_threads=threads, n_threads_batch=threads, verbose=False)
     try:
         vocab = llm.n_vocab()

@@ -440,3 +440,26 @@ class LlamaCppSession(Session):
     def __exit__(self, *exc_info) -> None:
         """Close the session."""
         self.close()
+
+
+def high_level_llama(**kwargs):
+    """llama-cpp-python's high-level ``Llama(**kwargs)`` (the bench's llama.cpp peers, ``profile
+    --engine``), with weight repacking off on a CPU with AMX, where this build's repacking
+    segfaults in llama_decode (docs/backends.md, "AMX"). ``Llama`` has no option for it, so its
+    model defaults are patched while it loads and restored after."""
+    llama_cpp = _llama_cpp()
+    if not _has_amx(llama_cpp):
+        return llama_cpp.Llama(**kwargs)
+    module = llama_cpp.llama_cpp  # Llama.__init__ reads its model parameters from here
+    original = module.llama_model_default_params
+
+    def without_repacking():
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    module.llama_model_default_params = without_repacking
+    try:
+        return llama_cpp.Llama(**kwargs)
+    finally:
+        module.llama_model_default_params = original
