@@ -82,14 +82,23 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
 def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
     """A plan on the llama.cpp backend is measured against llama.cpp's own plain decoding of the same
     GGUF (one-token ``llama_decode`` and argmax: llama.cpp at its own speed, the reference); the
-    transformers peers decode another engine's weights, so they are left out with a note."""
+    transformers peers decode another engine's weights, so they are left out with a note. ``llama-server*``
+    baselines add llama.cpp's own server (plain, draft-simple, n-gram types) on the same GGUF and threads."""
     plain = EngineMethod("plain-runtime", "plain", runner.plain, sampling,
                          "llama.cpp plain decoding: one-token llama_decode and argmax, the target alone")
-    skipped = [name for name in settings.baselines if name not in ("plain", "plain-runtime", "grid")]
+    # llama-server peers (bench/llama_server_peer.py): llama.cpp's own server, plain and speculative, on the same GGUF
+    from specplan.bench.llama_server_peer import drafter_gguf, is_llama_server_name, llama_server_peers
+
+    servers: list[Method] = []
+    if any(is_llama_server_name(name) for name in settings.baselines):
+        servers += llama_server_peers(settings.baselines, runner, runner.plain.target.threads,
+                                      drafter_gguf(runner.profile, runner.plan.stages), notes)
+    skipped = [name for name in settings.baselines
+               if name not in ("plain", "plain-runtime", "grid") and not is_llama_server_name(name)]
     if skipped:
         notes.append(f"{', '.join(skipped)} left out: the plan runs on the llama.cpp backend, whose plain decoding of "
                      "the same GGUF is the reference")
-    return [plain]
+    return [plain, *servers]
 
 
 def _compile_first(runner, prompt_ids: list[int], notes: list[str]) -> None:
@@ -270,6 +279,8 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     warm_up(methods, encoded[0][1], settings.warmup_tokens)
     rows = interleave(methods, encoded, settings.max_new_tokens, reference, runner.reference_model, sampling,
                       predicted, "bench: " + " ".join(names))
+    for method in methods:  # a llama-server peer's process stops here, before the grid runs
+        getattr(method, "close", lambda: None)()
     report = BenchReport(_meta(runner, settings, prompts, command, prompt_source, load_start),
                          [{"name": m.name, "kind": m.kind, "description": m.description,
                            "settings": getattr(m, "settings", {})} for m in methods], reference, rows, notes=notes)

@@ -24,7 +24,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt, the same for every method")
     parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
                         help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, llama.cpp, llama.cpp-lookup, grid "
-                             "(plain is always run; llama.cpp needs the llamacpp extra)")
+                             "(plain is always run; llama.cpp needs the llamacpp extra); with a plan on the llama.cpp "
+                             "backend also llama-server, llama-server-draft[:N], llama-server-ngram, llama-server-ngram-map-k, "
+                             "-ngram-map-k4v, -ngram-mod, -ngram-cache (llama.cpp's own server: scripts/build-llama-server.sh)")
     parser.add_argument("--assistant", default=None, metavar="ID",
                         help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
     parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
@@ -57,10 +59,13 @@ def add_parser(commands) -> None:
 
 
 def _baselines(text: str) -> tuple[str, ...]:
+    from specplan.bench.llama_server_peer import is_llama_server_name, parse_peer
     from specplan.bench.run import BASELINES
 
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
-    unknown = [name for name in names if name not in BASELINES]
+    for name in filter(is_llama_server_name, names):
+        parse_peer(name)  # llama-server, llama-server-draft:N, ...: one line for a name that is not one
+    unknown = [name for name in names if name not in BASELINES and not is_llama_server_name(name)]
     if unknown:
         raise SpecplanError(f"unknown baseline(s) {', '.join(unknown)}; choose from {','.join(BASELINES)}")
     return names
