@@ -64,6 +64,12 @@ class Session(ABC):
     def extend(self, tokens: Sequence[int], tree: "DraftTree | None" = None) -> torch.Tensor:
         """One forward over ``tokens`` (a chain, or ``tree``'s nodes); logits [len(tokens), vocab] float32."""
 
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to the cache as a chain ``extend`` would, for a caller that reads none
+        of their logits rows (a prompt's prefill when no drafter learns from it). The cache ends up
+        exactly as after ``extend``; a backend may skip computing the rows. Default: ``extend``."""
+        self.extend(tokens)
+
     @abstractmethod
     def keep(self, past_length: int, nodes: Sequence[int]) -> None:
         """After an ``extend`` that started at ``past_length``, keep only ``nodes`` of it (root-to-leaf)."""

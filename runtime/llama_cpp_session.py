@@ -295,6 +295,23 @@ class LlamaCppSession(Session):
         self.forward_seconds += time.perf_counter() - start
         return logits
 
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Decode ``tokens`` as a chain with no logits row requested: llama.cpp then skips the output
+        layer (151,936 rows for Qwen2.5) and the last layer's feed-forward for them. The keys and
+        values it stores are computed before that pruning, so the cache is the same as after
+        :meth:`extend` (``test_advance_equals_extend``)."""
+        self._check_open()
+        start = time.perf_counter()
+        tokens = [int(token) for token in tokens]
+        past = len(self.cached)
+        self._make_room(past, len(tokens))
+        self._drop_path_sequences()
+        positions = [past + index for index in range(len(tokens))]
+        self._decode(tokens, positions, [[COMMITTED]] * len(tokens), logits=False)
+        self.cached.extend(tokens)
+        self.forwards += 1
+        self.forward_seconds += time.perf_counter() - start
+
     def keep(self, past_length: int, nodes: Sequence[int]) -> None:
         """After an extend that began at ``past_length``, keep only the root-to-leaf ``nodes`` of it,
         as sequence 0's cells at positions ``past_length ..`` (where they already sit)."""
@@ -377,20 +394,25 @@ class LlamaCppSession(Session):
                 self._llama.llama_memory_seq_rm(self._memory, COMMITTED + 1 + index, -1, -1)
         self._tree = None
 
-    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]]) -> torch.Tensor:
-        """llama_decode the tokens in BATCH-sized pieces, logits on for each; [n, vocab] float32."""
-        rows = torch.empty((len(tokens), self._vocab_size), dtype=torch.float32)
+    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]],
+                logits: bool = True) -> torch.Tensor | None:
+        """llama_decode the tokens in BATCH-sized pieces, a logits row for each ([n, vocab] float32)
+        or, with ``logits`` False, none (returns None)."""
+        rows = torch.empty((len(tokens), self._vocab_size), dtype=torch.float32) if logits else None
         for first in range(0, len(tokens), BATCH):
             last = min(first + BATCH, len(tokens))
-            self._fill_batch(tokens[first:last], positions[first:last], sequence_ids[first:last])
+            self._fill_batch(tokens[first:last], positions[first:last], sequence_ids[first:last], logits)
             status = self._llama.llama_decode(self._context, self._batch)
             if status != 0:
                 self._fail_decode(status, first)
+            if rows is None:
+                continue
             pointer = self._llama.llama_get_logits(self._context)
             rows[first:last] = torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(last - first, self._vocab_size)))
         return rows
 
-    def _fill_batch(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]]) -> None:
+    def _fill_batch(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]],
+                    logits: bool = True) -> None:
         """Write one decode's tokens, positions, sequence ids and logit flags into the batch."""
         batch = self._batch
         batch.n_tokens = len(tokens)
@@ -400,7 +422,7 @@ class LlamaCppSession(Session):
             batch.n_seq_id[index] = len(ids)
             for slot, sequence in enumerate(ids):
                 batch.seq_id[index][slot] = sequence
-            batch.logits[index] = 1
+            batch.logits[index] = 1 if logits else 0
 
     def _fail_decode(self, status: int, first: int) -> None:
         """Undo what a failed extend left in the cache and raise a one-line SpecplanError."""

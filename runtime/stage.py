@@ -143,7 +143,10 @@ class StageRunner:
         if fold and self.can_fold and len(missing) <= FOLD_LIMIT:
             self.pending = missing
             return
-        self.observe(missing, self.verifier.extend(missing))
+        if self.listeners or (self.drafter is not None and self.drafter.learns_from_verifier):
+            self.observe(missing, self.verifier.extend(missing))
+        else:
+            self.verifier.advance(missing)  # no reader of the rows: llama.cpp computes none (docs/backends.md)
 
     def _verify_forward(self, tokens: list[int], tree: DraftTree | None) -> tuple[torch.Tensor, int]:
         """The verifier's forward over the folded catch-up tokens (if any) then ``tokens`` (a

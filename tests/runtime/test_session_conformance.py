@@ -260,6 +260,31 @@ def test_llama_cpp_exact_on_two_threads(backend):
 # ---- (4) trim and rewind_to, then extend: the earlier rows again -------------------------------
 
 
+@pytest.mark.parametrize("prefix", [12, 90])
+def test_advance_equals_extend(backend, prefix):
+    """``advance`` (no logits rows: a prefill nobody reads) leaves the cache as ``extend`` does: the
+    next rows are the same, over a short prefix and one of 64 tokens or more (the tiled kernel),
+    and after a tree round's keep."""
+    session = backend.session
+    following = backend.text[prefix:prefix + 3]
+    session.reset()
+    session.advance(backend.text[:prefix])
+    assert session.cached == backend.text[:prefix]
+    rows = session.extend(following)
+    session.reset()
+    session.extend(backend.text[:prefix])
+    backend.assert_rows(rows, session.extend(following))
+    tokens = tree_tokens(backend, prefix)
+    start(backend, prefix)
+    session.extend(tokens, DraftTree(PARENTS, torch.tensor(tokens)))
+    session.keep(prefix, [0, 2])
+    session.advance(following)
+    rows = session.extend(backend.text[prefix + 30:prefix + 32])
+    start(backend, prefix)
+    session.extend([tokens[0], tokens[2], *following])
+    backend.assert_rows(rows, session.extend(backend.text[prefix + 30:prefix + 32]))
+
+
 def test_trim_and_rewind_reproduce_rows(backend):
     session = backend.session
     prefix = 30
