@@ -38,6 +38,7 @@ from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.lossless import divergence_gap
 from specplan.bench.peers import build_peers, lookup_settings
 from specplan.bench.llamacpp_peer import LLAMA_CPP_PEERS, build_llamacpp_peers
+from specplan.bench.llama_server_peer import drafter_gguf, is_llama_server_name, llama_server_peers
 
 BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
 DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
@@ -86,13 +87,8 @@ def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingC
     baselines add llama.cpp's own server (plain, draft-simple, n-gram types) on the same GGUF and threads."""
     plain = EngineMethod("plain-runtime", "plain", runner.plain, sampling,
                          "llama.cpp plain decoding: one-token llama_decode and argmax, the target alone")
-    # llama-server peers (bench/llama_server_peer.py): llama.cpp's own server, plain and speculative, on the same GGUF
-    from specplan.bench.llama_server_peer import drafter_gguf, is_llama_server_name, llama_server_peers
-
-    servers: list[Method] = []
-    if any(is_llama_server_name(name) for name in settings.baselines):
-        servers += llama_server_peers(settings.baselines, runner, runner.plain.target.threads,
-                                      drafter_gguf(runner.profile, runner.plan.stages), notes)
+    servers = llama_server_peers(settings.baselines, runner, runner.plain.target.threads,
+                                 drafter_gguf(runner.profile, runner.plan.stages), notes)
     skipped = [name for name in settings.baselines
                if name not in ("plain", "plain-runtime", "grid") and not is_llama_server_name(name)]
     if skipped:

@@ -278,6 +278,18 @@ class LlamaCppSession(Session):
 
     def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
         """Decode ``tokens`` (a chain, or ``tree``'s nodes) over the cache; logits [len(tokens), vocab] float32."""
+        return self._append(tokens, tree, logits=True)
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Decode ``tokens`` as a chain with no logits row requested: llama.cpp then skips the output
+        layer (151,936 rows for Qwen2.5) and the last layer's feed-forward for them. The keys and
+        values it stores are computed before that pruning, so the cache is the same as after
+        :meth:`extend` (``test_advance_equals_extend``)."""
+        self._append(tokens, None, logits=False)
+
+    def _append(self, tokens: Sequence[int], tree, logits: bool) -> torch.Tensor | None:
+        """One decode of ``tokens`` appended to the cache (a chain, or ``tree``'s nodes), with a
+        logits row per token or none; counts the forward and its time."""
         self._check_open()
         start = time.perf_counter()
         tokens = [int(token) for token in tokens]
@@ -289,28 +301,11 @@ class LlamaCppSession(Session):
             sequence_ids = [[COMMITTED]] * len(tokens)
         else:
             positions, sequence_ids = self._prepare_tree(tree, past, len(tokens))
-        logits = self._decode(tokens, positions, sequence_ids)
+        rows = self._decode(tokens, positions, sequence_ids, logits)
         self.cached.extend(tokens)
         self.forwards += 1
         self.forward_seconds += time.perf_counter() - start
-        return logits
-
-    def advance(self, tokens: Sequence[int]) -> None:
-        """Decode ``tokens`` as a chain with no logits row requested: llama.cpp then skips the output
-        layer (151,936 rows for Qwen2.5) and the last layer's feed-forward for them. The keys and
-        values it stores are computed before that pruning, so the cache is the same as after
-        :meth:`extend` (``test_advance_equals_extend``)."""
-        self._check_open()
-        start = time.perf_counter()
-        tokens = [int(token) for token in tokens]
-        past = len(self.cached)
-        self._make_room(past, len(tokens))
-        self._drop_path_sequences()
-        positions = [past + index for index in range(len(tokens))]
-        self._decode(tokens, positions, [[COMMITTED]] * len(tokens), logits=False)
-        self.cached.extend(tokens)
-        self.forwards += 1
-        self.forward_seconds += time.perf_counter() - start
+        return rows
 
     def keep(self, past_length: int, nodes: Sequence[int]) -> None:
         """After an extend that began at ``past_length``, keep only the root-to-leaf ``nodes`` of it,
