@@ -40,6 +40,7 @@ class LoadedModel:
     dtype: str
     backend: str = "torch"  # torch | llama.cpp
     threads: int = 0  # llama.cpp's threads for every session of this run (0: every core)
+    exact: bool = True  # llama.cpp: verify logits bit-identical to one-token decodes (docs/backends.md), else its fast kernels
 
 
 def cache_root() -> Path:
@@ -193,7 +194,7 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu") -> Load
     return LoadedModel(source, model_dir, model, tokenizer, fingerprint(model_dir), dtype)
 
 
-def load_gguf_model(source: str, threads: int = 0) -> LoadedModel:
+def load_gguf_model(source: str, threads: int = 0, exact: bool = True) -> LoadedModel:
     """MODEL as the llama.cpp backend runs it: its GGUF file as it is and the tokenizer that file
     carries (no weights are read here; ``model`` is None). ModelError when MODEL names no GGUF."""
     from transformers import AutoTokenizer
@@ -207,7 +208,7 @@ def load_gguf_model(source: str, threads: int = 0) -> LoadedModel:
     except (OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"cannot read the tokenizer of {gguf} ({first}); pass a GGUF file with its tokenizer") from None
-    return LoadedModel(source, str(gguf), None, tokenizer, gguf_fingerprint(gguf), "gguf", "llama.cpp", threads)
+    return LoadedModel(source, str(gguf), None, tokenizer, gguf_fingerprint(gguf), "gguf", "llama.cpp", threads, exact)
 
 
 def gguf_fingerprint(gguf: Path) -> str:
