@@ -142,10 +142,17 @@ def _overhead(report) -> list[str]:
             "per method in the methods table (for transformers' methods: outside the target's and the assistant's forwards)."]
 
 
+def _numerics(meta: dict) -> str:
+    """", llama.cpp exact numerics" (or fast) for a plan on the llama.cpp backend; empty on torch."""
+    numerics = meta.get("numerics") or ""
+    return f", llama.cpp {numerics} numerics" if numerics else ""
+
+
 def render(report) -> str:
     meta = report.meta
     lines = [f"# specplan bench: {meta['plan_summary']}", "",
-             f"Target `{meta['target_source']}` in {meta['dtype']} on {meta['device']} ({meta['threads']} threads); "
+             f"Target `{meta['target_source']}` in {meta['dtype']} on {meta['device']} ({meta['threads']} threads"
+             f"{_numerics(meta)}); "
              f"{meta['prompts']} prompts over {len(report.categories())} categories ({meta['prompt_source']}); "
              f"max {meta['max_new_tokens']} new tokens; temperature {meta['temperature']}; {meta['date']}; "
              f"torch {meta['torch']}, transformers {meta['transformers']}; load average (1, 5, 15 min) "

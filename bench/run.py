@@ -222,7 +222,7 @@ def _meta(runner, settings: BenchSettings, prompts: Sequence[Prompt], command: s
         "predicted_accepted": plan.predicted.accepted_per_target_forward,
         "target_source": runner.profile.target.source, "dtype": runner.target.dtype, "device": str(runner.device),
         "threads": torch.get_num_threads() if runner.backend == "torch" else runner.plain.target.threads,
-        "backend": runner.backend, "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
+        "backend": runner.backend, "numerics": runner.profile.device.numerics, "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
         "prompt_source": prompt_source, "temperature": plan.temperature, "baselines": list(settings.baselines),
         "grid_gammas": list(settings.grid_gammas), "grid_budgets": list(settings.grid_budgets),
         "grid_limit": settings.grid_limit, "grid_min_speedup": settings.grid_min_speedup,

@@ -57,6 +57,11 @@ def add_parser(commands) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="with --engine or --backend llama.cpp: llama.cpp's CPU threads (default: every core, as llama-server; on a "
                              "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
+    parser.add_argument("--numerics", default=None, choices=["exact", "fast"],
+                        help="with --backend llama.cpp: exact (default): every verify gives the logits of one-token "
+                             "decodes bit for bit, so plans are token-identical to plain greedy decoding, at the cost "
+                             "of one-token decodes on one thread; fast: llama.cpp's own kernels on every thread, where "
+                             "an output may part from plain decoding only at a near-tie (docs/backends.md)")
     parser.add_argument("--context", type=int, default=None, metavar="TOKENS",
                         help="cached tokens under each latency measurement (default 256): set it near your "
                              "prompts' length plus half the output, since a batch's attention over its cache is "
@@ -143,6 +148,9 @@ def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
     if args.backend != "llama.cpp":
         if args.threads is not None:
             raise SpecplanError("--threads sets llama.cpp's threads; pass it with --backend llama.cpp or --engine llama.cpp")
+        if args.numerics is not None:
+            raise SpecplanError("--numerics chooses the llama.cpp backend's kernels; pass it with --backend llama.cpp "
+                                "(torch plans are token-identical in float32)")
         return
     for option in torch_only_options(args, batch_sizes):
         raise SpecplanError(f"--backend llama.cpp does not take {option}; drop it or use --backend torch")
@@ -152,6 +160,9 @@ def command(args) -> int:
     if args.context is not None and (args.engine or args.latency_only or args.arch or args.acceptance_from):
         raise SpecplanError("--context applies to a full profile; drop it with --engine, --latency-only, --arch "
                             "or --acceptance-from")
+    if args.numerics is not None and (args.engine or args.latency_only or args.arch or args.acceptance_from):
+        raise SpecplanError("--numerics applies to a full profile on --backend llama.cpp; drop it with --engine, "
+                            "--latency-only, --arch or --acceptance-from")
     if args.engine:
         from specplan.cli.profile_engine import engine_profile_command
 
@@ -199,7 +210,8 @@ def command(args) -> int:
         from specplan.models.load import load_gguf_model
 
         print("specplan: backend llama.cpp: the GGUF file as llama.cpp runs it (--backend torch for the torch runtime)")
-        profile = run_profile(load_gguf_model(args.target or "default", args.threads or 0), specs, prompts, device, settings)
+        target = load_gguf_model(args.target or "default", args.threads or 0, exact=args.numerics != "fast")
+        profile = run_profile(target, specs, prompts, device, settings)
     elif quants == ["none"]:
         target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))
         profile = run_profile(target, specs, prompts, device, settings)

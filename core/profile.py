@@ -20,6 +20,7 @@ from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 # A profile is written with the lowest version that holds it, so a batch-1 profile stays version 1.
 PROFILE_VERSIONS = (1, 2)
 BATCHED_VERSION = 2
+NUMERICS = ("", "exact", "fast")  # DeviceInfo.numerics
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,10 @@ class DeviceInfo:
     kind: str  # cpu | cuda
     name: str  # human readable, e.g. "AMD EPYC (2 threads)"
     sku: str  # cpu | h100-sxm | ...
-    source: str = "measured"  # measured | roofline
+    source: str = "measured"  # measured | roofline | llama.cpp
+    # llama.cpp only (docs/backends.md, "What lossless means here"): ``exact``, verify logits
+    # bit-identical to one-token decodes, or ``fast``, llama.cpp's own kernels; empty elsewhere
+    numerics: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,12 @@ class Profile:
         """The runtime backend whose costs the profile measured, which its plans run on: ``llama.cpp``
         when llama.cpp measured the latency curves (``device.source``), else ``torch``."""
         return "llama.cpp" if self.device.source == "llama.cpp" else "torch"
+
+    @property
+    def exact(self) -> bool:
+        """Whether its llama.cpp sessions run with exact numerics (a profile from before the
+        choice existed was measured exact); always True on torch."""
+        return self.device.numerics != "fast"
 
     @property
     def target(self) -> ModelEntry:
@@ -302,7 +312,10 @@ def _device(raw: Any) -> DeviceInfo:
     missing = [key for key in ("kind", "name", "sku") if key not in raw]
     if missing:
         raise ProfileError(f"device lacks {', '.join(missing)}; regenerate it with `specplan profile`")
-    return DeviceInfo(**{k: str(v) for k, v in raw.items() if k in DeviceInfo.__annotations__})
+    device = DeviceInfo(**{k: str(v) for k, v in raw.items() if k in DeviceInfo.__annotations__})
+    if device.numerics not in NUMERICS:
+        raise ProfileError(f"device numerics {device.numerics!r} is not one of exact, fast; fix it or re-profile")
+    return device
 
 
 def _mapping(document: dict[str, Any], key: str) -> dict[str, Any]:
@@ -371,6 +384,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
     document = asdict(profile)
     document.pop("schema_version")
     document = {"schema_version": schema_version_of(profile), **document}
+    if not document["device"]["numerics"]:
+        del document["device"]["numerics"]  # torch: profiles read as before
     for model in document["models"]:
         for curve in model["latency"]:
             curve["n"], curve["ms"] = list(curve["n"]), [round(v, 4) for v in curve["ms"]]

@@ -216,8 +216,9 @@ def llama_cpp_device(target: LoadedModel) -> DeviceInfo:
 
     threads = target.threads or os.cpu_count() or 1
     cpu = describe_device(torch.device("cpu"))
+    numerics = "exact" if target.exact else "fast"
     return replace(cpu, name=f"{cpu.name}, llama.cpp (llama-cpp-python {llama_cpp_version()}, {threads} threads)",
-                   source="llama.cpp")
+                   source="llama.cpp", numerics=numerics)
 
 
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],

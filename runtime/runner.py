@@ -136,7 +136,7 @@ class PlanRunner:
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
         check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
         if profile.backend == "llama.cpp":
-            target = load_gguf_model(profile.target.source, threads)
+            target = load_gguf_model(profile.target.source, threads, exact=profile.exact)
         else:
             target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_weights(profile, target.fingerprint, force)
@@ -217,7 +217,8 @@ class PlanRunner:
             predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain, adaptive=adaptive_record(result))
 
     def summary_line(self, result: RunResult) -> str:
-        line = (f"[specplan] {self.target.backend}: {result.new_tokens} tokens in {result.seconds:.2f} s: "
+        backend = self.target.backend + (f" ({self.profile.device.numerics} numerics)" if self.profile.device.numerics else "")
+        line = (f"[specplan] {backend}: {result.new_tokens} tokens in {result.seconds:.2f} s: "
                 f"{result.tokens_per_s:.1f} tok/s, "
                 f"{result.mean_accepted:.2f} tokens per target forward ({self.plan.summary()}; predicted "
                 f"{self.plan.predicted.tokens_per_s:.1f} tok/s)")

@@ -51,14 +51,26 @@ def test_what_llama_cpp_cannot_honour_is_refused_in_one_line(argv, fragment, tmp
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("argv, fragment", [
+    (["--backend", "torch", "--numerics", "fast"], "pass it with --backend llama.cpp"),
+    (["--engine", "llama.cpp", "--numerics", "exact"], "drop it with --engine"),
+])
+def test_numerics_outside_the_llama_cpp_backend_is_refused_in_one_line(argv, fragment, tmp_path, capsys):
+    code = main(["profile", *argv, "-o", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.realmodel
-def test_profile_plan_and_run_on_llama_cpp(tmp_path, capsys):
+@pytest.mark.parametrize("numerics, threads", [("exact", "1"), ("fast", "2")])
+def test_profile_plan_and_run_on_llama_cpp(numerics, threads, tmp_path, capsys):
     pytest.importorskip("llama_cpp")
     profile_path = tmp_path / "profile.yaml"
-    assert main(["profile", "--backend", "llama.cpp", "--threads", "1", "--quick", "--limit", "2",
-                 "--drafter", "ngram:3", "-o", str(profile_path)]) == 0
+    assert main(["profile", "--backend", "llama.cpp", "--numerics", numerics, "--threads", threads, "--quick",
+                 "--limit", "2", "--drafter", "ngram:3", "-o", str(profile_path)]) == 0
     profile = load_profile(profile_path)
     assert profile.backend == "llama.cpp" and profile.device.source == "llama.cpp"
+    assert profile.device.numerics == numerics and profile.exact == (numerics == "exact")
     (curve,) = profile.target.latency
     assert curve.n[:4] == (1, 2, 3, 4) and curve.n[-1] == 64 and all(ms > 0 for ms in curve.ms)
     entry = profile.acceptance_for("ngram-3", "target", 0.0)
@@ -69,9 +81,12 @@ def test_profile_plan_and_run_on_llama_cpp(tmp_path, capsys):
     plan_path.write_text(yaml.safe_dump(document, sort_keys=False))  # a speculative stage, whatever was chosen
     capsys.readouterr()
     prompt = "Repeat this sentence twice: the cache keeps every committed token but the last."
-    assert main(["run", str(plan_path), "--force", "--threads", "1", "--prompt", prompt, "--max-new-tokens", "40",
+    assert main(["run", str(plan_path), "--force", "--threads", threads, "--prompt", prompt, "--max-new-tokens", "40",
                  "--compare-plain", "--json"]) == 0
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["new_tokens"] > 0 and record["target_forwards"] < record["new_tokens"]  # drafts were accepted
-    assert record["identical_to_plain"] or record["divergence_gap"] < 0.5  # a named near-tie at worst
+    if numerics == "exact":  # verify forwards of fewer than 64 tokens give one-token decodes' logits bit for bit
+        assert record["identical_to_plain"]
+    else:
+        assert record["identical_to_plain"] or record["divergence_gap"] < 0.5  # a named near-tie at worst
     assert load_plan(plan_path).stages[0].drafter == "ngram-3"

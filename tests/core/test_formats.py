@@ -33,6 +33,22 @@ def test_profile_round_trip(tmp_path):
     assert (tmp_path / "profile.yaml").read_text().startswith("schema_version: 1")
 
 
+def test_llama_cpp_numerics_round_trip_and_torch_profiles_read_as_before(tmp_path):
+    from dataclasses import replace
+
+    assert "numerics" not in profile_to_dict(make_profile())["device"]  # torch: the key is not written
+    assert make_profile().exact
+    for numerics, exact in (("exact", True), ("fast", False)):
+        profile = replace(make_profile(), device=DeviceInfo("cpu", "test cpu", "cpu", "llama.cpp", numerics))
+        save_profile(profile, tmp_path / "profile.yaml")
+        loaded = load_profile(tmp_path / "profile.yaml")
+        assert loaded == profile and loaded.exact is exact and loaded.backend == "llama.cpp"
+    document = profile_to_dict(profile)
+    document["device"]["numerics"] = "approximate"
+    with pytest.raises(ProfileError, match="numerics 'approximate' is not one of exact, fast"):
+        profile_from_dict(document)
+
+
 def test_plan_round_trip(tmp_path):
     plan = make_plan([Stage("ngram-3", "target", StageShape("sequence", gamma=4))])
     save_plan(plan, tmp_path / "plan.yaml")
