@@ -62,10 +62,12 @@ def default_gguf_path() -> Path:
     return path
 
 
-def _gguf_cache_dir(gguf: Path) -> Path:
+def _gguf_cache_dir(gguf: Path) -> tuple[Path, str]:
+    """The cache entry a GGUF converts into and its key (the file's path, size and mtime; the
+    folder name carries the key's first 16 hex digits of sha256)."""
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
-    return cache_root() / "models" / f"{gguf.stem}-{key}"
+    key = f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}"
+    return cache_root() / "models" / f"{gguf.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}", key
 
 
 @contextlib.contextmanager
@@ -91,28 +93,32 @@ def _library_progress_hidden():
 
 
 def convert_gguf(gguf: Path) -> Path:
-    """Dequantise a GGUF once into a safetensors directory in the cache; return that directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Dequantise a GGUF once into a safetensors directory in the cache; return that directory.
+    The directory is a cache entry (:mod:`specplan.models.cache_entry`): built privately,
+    published whole, one builder at a time, checked on every open and rebuilt if damaged."""
+    from specplan.models.cache_entry import open_entry
 
-    target = _gguf_cache_dir(gguf)
-    weights = ("model.safetensors", "model.safetensors.index.json")  # one file, or shards and their index
-    if (target / "config.json").is_file() and any((target / name).is_file() for name in weights):
-        return target
-    print(f"specplan: converting {gguf.name} to safetensors in {target} (once: ~20 s for the default model, "
-          "a few minutes for 1.5B)", file=sys.stderr, flush=True)
-    with _library_progress_hidden():
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        config = loaded.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config  # save_pretrained refuses a gguf quantization_config
-        fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        fresh.load_state_dict(loaded.state_dict())
-        partial = target.with_name(target.name + ".partial")
-        fresh.save_pretrained(str(partial))
-        tokenizer.save_pretrained(str(partial))
-    partial.rename(target)
-    return target
+    target, key = _gguf_cache_dir(gguf)
+
+    def announce() -> None:
+        print(f"specplan: converting {gguf.name} to safetensors in {target} (once: ~20 s for the default model, "
+              "a few minutes for 1.5B)", file=sys.stderr, flush=True)
+
+    def build(folder: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        with _library_progress_hidden():
+            loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            config = loaded.config
+            if hasattr(config, "quantization_config"):
+                del config.quantization_config  # save_pretrained refuses a gguf quantization_config
+            fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            fresh.load_state_dict(loaded.state_dict())
+            fresh.save_pretrained(str(folder))
+            tokenizer.save_pretrained(str(folder))
+
+    return open_entry(target, key, build, announce=announce)
 
 
 def gguf_file(source: str) -> Path | None:
