@@ -23,7 +23,7 @@ from specplan.cli.options import show_warning
 from specplan.core.quiet import quiet_libraries
 from specplan.core.errors import SpecplanError
 
-VERBS = ("profile", "plan", "run", "bench", "roofline", "export", "quantize", "distill", "models", "compile")
+VERBS = ("profile", "plan", "run", "bench", "roofline", "export", "quantize", "distill", "models", "compile", "cache")
 
 
 class _Parser(argparse.ArgumentParser):
