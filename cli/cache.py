@@ -91,8 +91,12 @@ def show_entries(root: Path, verify: bool) -> int:
     for name, size, state in rows:
         print(f"{name.ljust(width)}  {size:>10}  {state}")
     hint = "; remove a damaged one with `specplan cache clear NAME`" if damaged else ""
-    print(f"specplan: {len(rows)} entries in {root}, {damaged} damaged{hint}")
+    print(f"specplan: {_count(len(rows))} in {root}, {damaged} damaged{hint}")
     return 1 if verify and damaged else 0
+
+
+def _count(number: int) -> str:
+    return f"{number} entry" if number == 1 else f"{number} entries"
 
 
 def _size_text(size: int) -> str:
@@ -114,7 +118,7 @@ def clear_entries(root: Path, name: str | None, everything: bool) -> int:
         _remove_leftovers(root)
     for entry in busy:
         print(f"specplan: {entry.relative_to(root).as_posix()} is being built by another process; left in place")
-    print(f"specplan: removed {removed} entr{'y' if removed == 1 else 'ies'} from {root}")
+    print(f"specplan: removed {_count(removed)} from {root}")
     return 0
 
 
