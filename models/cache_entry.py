@@ -154,7 +154,7 @@ def open_entry(folder: Path, key: str, build: Callable[[Path], None], verify: bo
         return folder
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with _entry_lock(folder):
+        with _EntryLock(folder):
             state = check_entry(folder, key, verify)
             if state.whole:
                 return folder
@@ -176,12 +176,17 @@ def entry_lock_path(folder: Path) -> Path:
     return folder.with_name(f".{folder.name}.lock")
 
 
-class _entry_lock:
+def _lock_file(folder: Path) -> filelock.FileLock:
+    """The entry's lock (not yet acquired); one per call, shared by no thread."""
+    return filelock.FileLock(str(entry_lock_path(folder)), thread_local=False)
+
+
+class _EntryLock:
     """Hold the entry's lock; when another process holds it, say so in one line and wait."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.lock = filelock.FileLock(str(entry_lock_path(folder)), thread_local=False)
+        self.lock = _lock_file(folder)
 
     def __enter__(self):
         try:
@@ -198,7 +203,7 @@ class _entry_lock:
 
 def try_lock(folder: Path) -> filelock.FileLock | None:
     """The entry's lock, acquired, or None when another process holds it (a build under way)."""
-    lock = filelock.FileLock(str(entry_lock_path(folder)), thread_local=False)
+    lock = _lock_file(folder)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
@@ -235,7 +240,7 @@ def _build_and_publish(folder: Path, key: str, build: Callable[[Path], None]) ->
 def remove_entry(folder: Path) -> None:
     """Remove an entry: renamed aside first (it disappears at once), then deleted."""
     aside = Path(tempfile.mkdtemp(prefix=_temporary_prefix(folder), dir=folder.parent))
-    os.rename(folder, aside / folder.name) if folder.is_dir() else os.replace(folder, aside / folder.name)
+    os.rename(folder, aside / folder.name)  # a folder or a file alike
     shutil.rmtree(aside, ignore_errors=True)
 
 
