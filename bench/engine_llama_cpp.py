@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.runtime.llama_cpp_session import high_level_llama
 from specplan.bench.llamacpp_peer import CONTEXT_STEP, LlamaCppMethod, TimedDraft
 from specplan.runtime.drafters.base import SamplingConfig
@@ -62,8 +63,9 @@ def methods(gguf: str, stage, source: str, names, eos: set[int], context: int, t
     gamma = stage.shape.gamma
     kind, _, argument = source.partition(":")
     if kind == "ngram":
-        draft = TimedDraft(LlamaPromptLookupDecoding(max_ngram_size=int(argument), num_pred_tokens=gamma))
-        description = f"llama.cpp prompt lookup, size n {argument}, size m {gamma}"
+        longest = parse_drafter_spec(source).ngram_sizes[0]
+        draft = TimedDraft(LlamaPromptLookupDecoding(max_ngram_size=longest, num_pred_tokens=gamma))
+        description = f"llama.cpp prompt lookup, size n {longest}, size m {gamma}"
     else:
         drafter = names.name(argument, "llama.cpp")
         draft = TimedDraft(GreedyDraft(high_level_llama(model_path=drafter, **options), gamma))

@@ -49,8 +49,8 @@ def transformers_methods(stage, source: str, target: LoadedModel, device: torch.
     if spec.kind == "ngram":
         return [plain, GenerateMethod("exported", "engine", target.model, device, eos, greedy,
                                       f"transformers prompt lookup, prompt_lookup_num_tokens {gamma}, "
-                                      f"max_matching_ngram_size {spec.argument}", prefill_from_hooks=True,
-                                      prompt_lookup_num_tokens=gamma, max_matching_ngram_size=int(spec.argument))]
+                                      f"max_matching_ngram_size {spec.ngram_sizes[0]}", prefill_from_hooks=True,
+                                      prompt_lookup_num_tokens=gamma, max_matching_ngram_size=spec.ngram_sizes[0])]
     if spec.kind == "layerskip":
         assistant_with_gamma(target.model, target.model, gamma)  # early exit reads the target's own config
         exported = GenerateMethod("exported", "engine", target.model, device, eos, greedy,

@@ -99,7 +99,10 @@ class AcceptanceEntry:
     gamma-chains had exactly ``a`` draft tokens accepted (bonus not counted), a = 0..gamma;
     ``rank_accept[k]``: probability that the (k+1)-th ranked child is the accepted one
     (Sequoia arXiv 2402.12374); ``retrieval_rank_accept``: the same for retrieved extra
-    siblings with the model's siblings present (Graft arXiv 2605.20104).
+    siblings with the model's siblings present (Graft arXiv 2605.20104); ``drafted_hist[d]``
+    (retrieval drafters): how many of those rounds had exactly ``d`` draft tokens to propose,
+    d = 0..gamma (a lookup that finds no match drafts none, and its round verifies the root
+    alone); empty: every round drafted ``gamma`` (docs/planner-math.md section 1).
     """
 
     drafter: str
@@ -111,6 +114,7 @@ class AcceptanceEntry:
     rank_accept: tuple[float, ...] = ()
     retrieval_rank_accept: tuple[float, ...] = ()
     samples: int = 0
+    drafted_hist: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -291,7 +295,7 @@ def shape_of_network(network: Any) -> ModelShape | None:
 
 def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
     where = f"acceptance[{index}]"
-    return AcceptanceEntry(
+    entry = AcceptanceEntry(
         drafter=str(raw["drafter"]),
         verifier=str(raw["verifier"]),
         temperature=_finite(raw.get("temperature", 0.0), f"{where}.temperature"),
@@ -303,7 +307,12 @@ def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
             _probability(v, f"{where}.retrieval_rank_accept") for v in raw.get("retrieval_rank_accept") or ()
         ),
         samples=_count(raw.get("samples", 0), f"{where}.samples"),
+        drafted_hist=tuple(_count(v, f"{where}.drafted_hist") for v in raw.get("drafted_hist") or ()),
     )
+    if entry.drafted_hist and len(entry.drafted_hist) != len(entry.accepted_hist):
+        raise ProfileError(f"{where}.drafted_hist has {len(entry.drafted_hist)} counts and accepted_hist "
+                           f"{len(entry.accepted_hist)}; both count rounds by length 0..gamma: re-profile")
+    return entry
 
 
 def _device(raw: Any) -> DeviceInfo:
@@ -403,6 +412,10 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         for key in ("accepted_hist", "rank_accept", "retrieval_rank_accept"):
             entry[key] = [round(v, 6) if isinstance(v, float) else v for v in entry[key]]
         entry["alpha"] = round(entry["alpha"], 6)
+        if entry["drafted_hist"]:
+            entry["drafted_hist"] = list(entry["drafted_hist"])
+        else:
+            del entry["drafted_hist"]  # model drafters always draft gamma: profiles read as before
     document["models"] = list(document["models"])
     document["acceptance"] = list(document["acceptance"])
     document["retrieval"] = list(document["retrieval"])

@@ -2,7 +2,8 @@
 
 For every model: its latency table T(n). For every retrieval drafter: ms per call. For every
 (drafter, verifier) pair the search may use: E(gamma) for each gamma (histogram or alpha,
-arXiv 2211.17192) and, when trees are allowed, the hardware-aware Sequoia tree (arXiv
+arXiv 2211.17192), the expected verify forward V(gamma) of a retrieval drafter whose lookup may
+draft fewer than gamma tokens (docs/planner-math.md section 1) and, when trees are allowed, the hardware-aware Sequoia tree (arXiv
 2402.12374), or its prune-then-graft version with a retrieval drafter's tokens when that is
 cheaper (Graft, arXiv 2605.20104). Missing data skips the candidates that need it, with a message naming it.
 
@@ -19,7 +20,7 @@ from specplan.core.profile import AcceptanceEntry, Profile
 
 from .latency import LatencyTable, latency_table
 from .options import PlanOptions
-from .sequence import expected_accepted
+from .sequence import expected_accepted, expected_verify_ms
 from .tree_dp import TreeChoice, choose_graft_tree, choose_tree
 
 
@@ -35,6 +36,14 @@ class CostModel:
     accepted: dict[tuple[str, str], dict[int, float]]  # (drafter, verifier) -> gamma -> E
     trees: dict[tuple[str, str], TreeChoice]  # (drafter, verifier) -> best tree
     messages: tuple[str, ...] = field(default=())
+    # (drafter, verifier) -> gamma -> V(gamma), the verify forward's expected ms where a retrieval
+    # drafter's lookup may draft fewer than gamma tokens (planner-math.md section 1); else T_v(gamma + 1)
+    expected_verify: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+
+    def verify_ms(self, drafter: str, verifier: str, gamma: int) -> float:
+        """The verify forward of a ``gamma``-chain stage: V(gamma) when measured, else T_v(gamma + 1)."""
+        expected = self.expected_verify.get((drafter, verifier), {}).get(gamma)
+        return expected if expected is not None else self.latency[verifier](gamma + 1)
 
     def draft_call(self, drafter: str, width: int) -> float:
         """One draft forward of ``width`` nodes: T_j(width) or the retrieval call."""
@@ -142,8 +151,12 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
                 continue
             if "sequence" in options.shapes:
                 model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in options.gammas}
+                if entry.drafted_hist:
+                    model.expected_verify[drafter, verifier] = {
+                        g: expected_verify_ms(entry, g, tables[verifier]) for g in options.gammas}
             if "tree" in options.shapes and (options.tree_drafters is None or drafter in options.tree_drafters):
                 tree = _graft(model, profile, drafter, verifier, options, _tree(model, entry, options, messages))
                 if tree is not None and math.isfinite(tree.ms_per_token):
                     model.trees[drafter, verifier] = tree
-    return CostModel(target, models, retrieval, tables, call_ms, model.accepted, model.trees, tuple(messages))
+    return CostModel(target, models, retrieval, tables, call_ms, model.accepted, model.trees, tuple(messages),
+                     model.expected_verify)

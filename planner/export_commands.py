@@ -27,9 +27,10 @@ def render_vllm(stage: Stage | None, spec: DrafterSpec | None, names: ModelNames
         return shlex.join(words)
     gamma = stage.shape.gamma
     if spec.kind == "ngram":
-        # our ngram:N tries n-grams N..1, the most recent match first
+        # our ngram:N:K tries n-grams N..K, the most recent match first
+        longest, shortest = spec.ngram_sizes
         config = {"method": "ngram", "num_speculative_tokens": gamma,
-                  "prompt_lookup_max": int(spec.argument), "prompt_lookup_min": 1}
+                  "prompt_lookup_max": longest, "prompt_lookup_min": shortest}
     elif spec.kind == "head":  # the EAGLE-3 checkpoint specplan wrote from the head
         config = {"method": "eagle3", "model": names.name(spec.argument, "vllm"), "num_speculative_tokens": gamma}
     else:
@@ -65,7 +66,7 @@ def render_llama_cpp(stage: Stage | None, spec: DrafterSpec | None, names: Model
         return shlex.join(words)
     gamma = stage.shape.gamma
     if spec.kind == "ngram":
-        words += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", spec.argument,
+        words += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(spec.ngram_sizes[0]),
                   "--spec-ngram-simple-size-m", str(gamma)]
     else:
         # p-min 0 and n-min 0: never cut a draft short, the planner costs a fixed chain of gamma tokens
@@ -98,7 +99,7 @@ def render_transformers(stage: Stage | None, spec: DrafterSpec | None, names: Mo
     arguments = ""
     if stage is not None and spec.kind == "ngram":
         arguments = (f", prompt_lookup_num_tokens={stage.shape.gamma}, "
-                     f"max_matching_ngram_size={int(spec.argument)}")
+                     f"max_matching_ngram_size={spec.ngram_sizes[0]}")
     elif stage is not None and spec.kind == "layerskip":
         lines += _chain_settings("model", stage.shape.gamma)  # early exit: the target is its own assistant
         arguments = f", assistant_early_exit={int(spec.argument)}"

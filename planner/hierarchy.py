@@ -7,7 +7,9 @@ output with i at the top of a sub-hierarchy (docs/planner-math.md section 4)::
                  L_tree(i),                                       # a tree stage verified by i
                  min_{j < i, gamma} (gamma * L*(j) + T_i(gamma + 1)) / E_ji(gamma) )
 
-A retrieval drafter r is only ever the bottom drafter, with L*(r) = its ms per call. A tree
+A retrieval drafter r is only ever the bottom drafter, with L*(r) = its ms per call; its lookup
+may find fewer than gamma tokens, so T_i(gamma + 1) is then the expected verify V_ri(gamma)
+(planner-math.md section 1; a constant per (r, i, gamma), so the DP and the LP are unchanged). A tree
 stage's drafter decodes alone (depth * T_j(width) per round), so a tree can only be the
 bottom stage. Lossless drafting makes j's sub-hierarchy emit j's own samples, so E depends
 only on the pair (j, i) and optimal substructure holds. With a cap S on the number of
@@ -79,7 +81,7 @@ def stage_cost(costs: CostModel, values_below: dict[str, float], verifier: str, 
         return StageCost(stage, tree.draft_ms, tree.verify_ms, tree.tree.value, tree.ms_per_token)
     gamma = choice.gamma
     draft = gamma * draft_ms_per_token(costs, values_below, choice.drafter)
-    verify = costs.latency[verifier](gamma + 1)
+    verify = costs.verify_ms(choice.drafter, verifier, gamma)  # T_i(gamma + 1), or V(gamma) of a lookup
     accepted = costs.accepted[choice.drafter, verifier][gamma]
     stage = Stage(choice.drafter, verifier, StageShape("sequence", gamma=gamma))
     return StageCost(stage, draft, verify, accepted, (draft + verify) / accepted)

@@ -57,7 +57,7 @@ def _rows(costs: CostModel, max_stages: int) -> tuple[list[dict[int, float]], li
                     upper[here] = min(upper[here], constant)
                     continue
                 accepted = costs.accepted[choice.drafter, verifier][choice.gamma]
-                verify = costs.latency[verifier](choice.gamma + 1)
+                verify = costs.verify_ms(choice.drafter, verifier, choice.gamma)
                 if not math.isfinite(verify):
                     continue
                 rows.append({here: 1.0, index[stages - 1, choice.drafter]: -choice.gamma / accepted})

@@ -13,12 +13,17 @@ and the time per committed token of the stage::
 
     L = (gamma * t_draft + T_v(gamma + 1)) / E
 
-where t_draft is the time per draft token (a model drafter's L*(j), a retrieval call).
+where t_draft is the time per draft token (a model drafter's L*(j), a retrieval call). A
+retrieval drafter's lookup may find fewer than gamma tokens to propose, or none; the round then
+verifies only what it drafted, so T_v(gamma + 1) becomes its expectation over the drafted
+length D (``expected_verify_ms``, docs/planner-math.md section 1)::
+
+    V(gamma) = sum_{k=0..gamma} P(D_gamma = k) * T_v(k + 1)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specplan.core.profile import AcceptanceEntry
 
@@ -94,6 +99,35 @@ def expected_accepted(entry: AcceptanceEntry, gamma: int) -> float:
     if entry.accepted_hist and sum(entry.accepted_hist) > 0 and gamma < len(entry.accepted_hist):
         return expected_accepted_from_histogram(entry.accepted_hist, gamma)
     return expected_accepted_length(gamma, entry.alpha)
+
+
+def drafted_distribution(drafted_hist: Sequence[int], gamma: int) -> tuple[float, ...]:
+    """P(D_gamma = k), k = 0..gamma, from rounds of a G-chain (``drafted_hist[d]``, d = 0..G).
+
+    A lookup asked for gamma <= G tokens proposes min(D_G, gamma) of them (it returns a prefix
+    of the continuation it found), so P(D_gamma = k) = P(D_G = k) for k < gamma and
+    P(D_gamma = gamma) = P(D_G >= gamma).
+
+    >>> drafted_distribution([2, 0, 1, 1], 2)   # 4 rounds: 2 drafted none, 1 drafted 2, 1 drafted 3
+    (0.5, 0.0, 0.5)
+    """
+    total = sum(drafted_hist)
+    if total <= 0 or not 0 <= gamma < len(drafted_hist):
+        raise ValueError(f"drafted_hist {tuple(drafted_hist)} has no rounds or does not cover gamma {gamma}")
+    below = [count / total for count in drafted_hist[:gamma]]
+    return (*below, sum(drafted_hist[gamma:]) / total)
+
+
+def expected_verify_ms(entry: AcceptanceEntry, gamma: int, latency: Callable[[int], float]) -> float:
+    """V(gamma): the verify forward's expected ms, T_v(gamma + 1) when every round drafts gamma.
+
+    With the entry's ``drafted_hist`` covering gamma it is sum_k P(D_gamma = k) T_v(k + 1)
+    (:func:`drafted_distribution`); a model drafter always drafts gamma.
+    """
+    hist = entry.drafted_hist
+    if not hist or sum(hist) <= 0 or gamma >= len(hist):
+        return latency(gamma + 1)
+    return sum(share * latency(k + 1) for k, share in enumerate(drafted_distribution(hist, gamma)) if share > 0)
 
 
 def sequence_ms_per_token(gamma: int, draft_ms: float, verify_ms: float, accepted: float) -> float:

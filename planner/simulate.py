@@ -6,7 +6,9 @@ at least ``gamma`` tokens, *accumulate until gamma*), verify it in one forward, 
 the accepted prefix plus the bonus token. Acceptance is Bernoulli(alpha) per draft token of
 a sequence (Leviathan et al., arXiv 2211.17192), or drawn from the measured accepted-length
 histogram when the stage has one, and by rank for a tree (the k-th ranked
-child is the accepted one with probability accept[k]; Sequoia, arXiv 2402.12374).
+child is the accepted one with probability accept[k]; Sequoia, arXiv 2402.12374). A bottom
+retrieval stage whose lookup may draft fewer than gamma tokens verifies min(D, gamma) + 1, D
+drawn from its ``drafted_hist`` (docs/planner-math.md section 1).
 
 The stage below commits in chunks, so it may overshoot gamma. ``overshoot="trim"`` discards
 the extra tokens (their cost is wasted); ``"verify"`` verifies all of them. The closed form
@@ -32,7 +34,7 @@ from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 
 from .latency import latency_table
-from .sequence import expected_accepted_from_histogram, expected_accepted_length
+from .sequence import drafted_distribution, expected_accepted_from_histogram, expected_accepted_length
 from .tree_dp import graft_accept, graft_model_width, tree_value
 
 OVERSHOOT_RULES = ("trim", "verify")
@@ -54,9 +56,14 @@ class SimStage:
     rank_accept: tuple[float, ...] = ()
     draft_ms: float = 0.0
     accepted_hist: tuple[int, ...] = ()  # [G + 1] sequence: sample A from it when gamma <= G
+    drafted_hist: tuple[int, ...] = ()  # [G + 1] bottom retrieval sequence: tokens its lookup drafts, D
 
     def uses_histogram(self, drafted: int) -> bool:
         return bool(self.accepted_hist) and sum(self.accepted_hist) > 0 and drafted < len(self.accepted_hist)
+
+    def drafts_fewer(self) -> bool:
+        """Whether rounds verify min(D, gamma) + 1 tokens, D drawn from ``drafted_hist``."""
+        return bool(self.drafted_hist) and sum(self.drafted_hist) > 0 and self.gamma < len(self.drafted_hist)
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,11 @@ def closed_form(stages: Sequence[SimStage]) -> float:
             accepted = expected_accepted_from_histogram(stage.accepted_hist, stage.gamma)
         else:
             accepted = expected_accepted_length(stage.gamma, stage.alpha)
-        level = (stage.gamma * draft + stage.verify_ms[stage.gamma + 1]) / accepted
+        verify = stage.verify_ms[stage.gamma + 1]
+        if index == 0 and stage.drafts_fewer():  # V(gamma), planner-math.md section 1
+            shares = drafted_distribution(stage.drafted_hist, stage.gamma)
+            verify = sum(share * stage.verify_ms[k + 1] for k, share in enumerate(shares))
+        level = (stage.gamma * draft + verify) / accepted
     return level
 
 
@@ -166,8 +177,11 @@ class _Runner:
             depth, _ = depth_and_width(stage.parents)
             ms = depth * stage.draft_ms + stage.verify_ms[len(stage.parents)]
             return self.tree_accepted(level) + 1, ms
+        verified = None  # tokens drafted into the verify forward, when fewer than requested
         if level == 0:
             drafted, ms = stage.gamma, stage.gamma * stage.draft_ms
+            if stage.drafts_fewer():  # D ~ drafted_hist; A is drawn apart, as the closed form's ratio of means allows
+                verified = self.histogram_accepted(stage.drafted_hist, stage.gamma)
         else:
             drafted, ms = self.produce(level - 1, stage.gamma)
             self.requests[level] += 1
@@ -176,7 +190,7 @@ class _Runner:
                 drafted = stage.gamma
         if drafted + 1 >= len(stage.verify_ms):
             raise ValueError(f"verify_ms has no entry for n = {drafted + 1}; pass a longer table")
-        ms += stage.verify_ms[drafted + 1]
+        ms += stage.verify_ms[(drafted if verified is None else verified) + 1]
         if stage.uses_histogram(drafted):
             return self.histogram_accepted(stage.accepted_hist, drafted) + 1, ms
         return self.chain_accepted(stage.alpha, drafted) + 1, ms
@@ -252,6 +266,7 @@ def plan_stages(plan: Plan, profile: Profile, context: int | None = None) -> tup
         result.append(SimStage(
             kind=shape.kind, verify_ms=table.ms, gamma=shape.gamma, alpha=entry.alpha,
             parents=shape.parents, rank_accept=tuple(accept), accepted_hist=tuple(entry.accepted_hist),
+            drafted_hist=tuple(entry.drafted_hist) if index == 0 else (),
             draft_ms=_stage_draft_ms(profile, stage, width, context) if index == 0 else 0.0,
         ))
     return tuple(result)

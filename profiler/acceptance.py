@@ -97,6 +97,7 @@ class AcceptanceCounter:
     positions: int = 0
     seconds: float = 0.0
     calls: int = 0
+    drafted_hist: list[int] = field(default_factory=list)  # [gamma + 1] once a round says how many it drafted
 
     def __post_init__(self) -> None:
         self.hist = [0] * (self.gamma + 1)
@@ -108,9 +109,14 @@ class AcceptanceCounter:
         for _, accepted in chain_rounds(matches, self.gamma):
             self.add_chain(accepted)
 
-    def add_chain(self, accepted: int) -> None:
-        """One round's chain with ``accepted`` draft tokens accepted."""
+    def add_chain(self, accepted: int, drafted: int | None = None) -> None:
+        """One round's chain with ``accepted`` draft tokens accepted, of ``drafted`` proposed (a
+        retrieval drafter's lookup may find fewer than gamma, or none; None: not tracked)."""
         self.hist[min(accepted, self.gamma)] += 1
+        if drafted is not None:
+            if not self.drafted_hist:
+                self.drafted_hist = [0] * (self.gamma + 1)
+            self.drafted_hist[min(drafted, self.gamma)] += 1
 
     def add_ranks(self, ranks: Sequence[int]) -> None:
         """Rank (0-based) of the verifier's token among the drafter's top ``width``; -1 if absent.

@@ -87,7 +87,7 @@ def _replay_chains(counter: AcceptanceCounter, replay: _RoundReplay,
         accepted = 0
         while accepted < min(len(proposal), counter.gamma) and proposal[accepted] == output[start + accepted]:
             accepted += 1
-        counter.add_chain(accepted)
+        counter.add_chain(accepted, drafted=min(len(proposal), counter.gamma))
         start += accepted + 1
 
 

@@ -94,6 +94,7 @@ def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_ra
         drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=settings.gamma,
         accepted_hist=tuple(counter.hist), rank_accept=counter.rank_accept,
         retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.hist),
+        drafted_hist=tuple(counter.drafted_hist),
     )
 
 

@@ -78,7 +78,7 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
     if stage.shape.kind == "tree" or spec.kind in ("recycle", "cache"):  # a table's chain is its rank-0 tree
         return _tree_engine(runner, stage, spec, stop, int(pad))
     if spec.kind == "ngram":
-        drafter = PerSequenceDrafters(lambda: NgramDrafter(int(spec.argument)))
+        drafter = PerSequenceDrafters(lambda: NgramDrafter(*spec.ngram_sizes))
     elif spec.kind in ("model", "layerskip"):
         network = build_drafter(spec, target, runner.device, runner.runtime).model
         drafter = BatchedModelDrafter(stage.drafter, network, runner.device, int(pad))

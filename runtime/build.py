@@ -89,7 +89,7 @@ def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device,
                   runtime: RuntimeMode = EAGER) -> DrafterBuild:
     """A live sequence drafter for ``spec`` proposing for ``target``."""
     if spec.kind == "ngram":
-        return DrafterBuild(spec, NgramDrafter(int(spec.argument)), None)
+        return DrafterBuild(spec, NgramDrafter(*spec.ngram_sizes), None)
     if spec.kind in ("recycle", "cache"):
         return DrafterBuild(spec, _retrieval_tree_drafter(spec), None)
     if spec.kind == "head":
@@ -112,7 +112,7 @@ def _head_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) 
 
 def _retrieval_tree_drafter(spec: DrafterSpec):
     if spec.kind == "ngram":
-        return NgramTreeDrafter(int(spec.argument))
+        return NgramTreeDrafter(*spec.ngram_sizes)
     if spec.kind == "recycle":
         return RecycleDrafter()
     if spec.kind == "cache":

@@ -12,17 +12,19 @@ import torch
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 
 
-def lookup_continuation(context: list[int], max_ngram: int, length: int) -> tuple[int, ...]:
+def lookup_continuation(context: list[int], max_ngram: int, length: int, min_ngram: int = 1) -> tuple[int, ...]:
     """The ``length`` tokens that followed the most recent earlier match of the longest
-    matching suffix n-gram (n <= max_ngram) of ``context``; empty if no n-gram recurs.
+    matching suffix n-gram (min_ngram <= n <= max_ngram) of ``context``; empty if none recurs.
 
     >>> lookup_continuation([5, 6, 7, 8, 5, 6], 3, 2)
     (7, 8)
     >>> lookup_continuation([1, 2, 3], 2, 4)
     ()
+    >>> lookup_continuation([5, 6, 7, 8, 9, 6], 3, 2), lookup_continuation([5, 6, 7, 8, 9, 6], 3, 2, min_ngram=2)
+    ((7, 8), ())
     """
     size = len(context)
-    for n in range(min(max_ngram, size - 1), 0, -1):
+    for n in range(min(max_ngram, size - 1), min_ngram - 1, -1):
         suffix = context[size - n :]
         for start in range(size - n - 1, -1, -1):
             if context[start : start + n] == suffix:
@@ -37,8 +39,9 @@ class NgramIndex:
     of every n-gram (n <= N) that ends before the context's last token, kept as the context grows
     (a context that does not extend the indexed one, another prompt, starts the index over)."""
 
-    def __init__(self, max_ngram: int):
+    def __init__(self, max_ngram: int, min_ngram: int = 1):
         self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
         self.tokens: list[int] = []  # the indexed text: the context without its last token
         self.last: dict[tuple[int, ...], int] = {}  # n-gram -> its most recent start in ``tokens``
 
@@ -52,14 +55,14 @@ class NgramIndex:
                 self.last[tuple(self.tokens[end - n + 1: end + 1])] = end - n + 1
 
     def continuation(self, context: list[int], length: int) -> tuple[int, ...]:
-        """``lookup_continuation(context, max_ngram, length)``.
+        """``lookup_continuation(context, max_ngram, length, min_ngram)``.
 
         >>> NgramIndex(3).continuation([5, 6, 7, 8, 5, 6], 2)
         (7, 8)
         """
         self._extend(context)
         size = len(context)
-        for n in range(min(self.max_ngram, size - 1), 0, -1):
+        for n in range(min(self.max_ngram, size - 1), self.min_ngram - 1, -1):
             start = self.last.get(tuple(context[size - n:]))
             if start is not None:
                 return tuple(context[start + n: start + n + length])
@@ -67,15 +70,16 @@ class NgramIndex:
 
 
 class NgramDrafter(Drafter):
-    """``ngram:N`` — deterministic proposals (point-mass draft distribution)."""
+    """``ngram:N`` / ``ngram:N:K`` — deterministic proposals (point-mass draft distribution)."""
 
-    def __init__(self, max_ngram: int):
+    def __init__(self, max_ngram: int, min_ngram: int = 1):
         self.max_ngram = max_ngram
-        self.name = f"ngram-{max_ngram}"
-        self.index = NgramIndex(max_ngram)
+        self.min_ngram = min_ngram
+        self.name = f"ngram-{max_ngram}" + (f"-{min_ngram}" if min_ngram > 1 else "")
+        self.index = NgramIndex(max_ngram, min_ngram)
 
     def reset(self) -> None:
-        self.index = NgramIndex(self.max_ngram)
+        self.index = NgramIndex(self.max_ngram, self.min_ngram)
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         if gamma < 1:

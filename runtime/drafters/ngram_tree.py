@@ -44,11 +44,12 @@ class FollowerIndex:
 
 
 class NgramTreeDrafter(RetrievalTreeDrafter):
-    """``ngram:N`` for tree stages (and sequence stages through ``propose``)."""
+    """``ngram:N`` / ``ngram:N:K`` for tree stages (and sequence stages through ``propose``)."""
 
-    def __init__(self, max_ngram: int):
+    def __init__(self, max_ngram: int, min_ngram: int = 1):
         self.max_ngram = max_ngram
-        self.name = f"ngram-{max_ngram}"
+        self.min_ngram = min_ngram  # keys shorter than this draft nothing
+        self.name = f"ngram-{max_ngram}" + (f"-{min_ngram}" if min_ngram > 1 else "")
         self.context_tokens = max_ngram
         self.index = FollowerIndex(max_ngram)
 
@@ -71,7 +72,7 @@ class NgramTreeDrafter(RetrievalTreeDrafter):
         tokens: list[int] = []
         weights: list[float] = []
         scale = 1.0
-        for n in range(min(self.max_ngram, len(context)), 0, -1):
+        for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
             followers = self.index.followers.get(tuple(context[-n:]))
             if not followers:
                 continue

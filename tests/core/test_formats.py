@@ -49,6 +49,20 @@ def test_llama_cpp_numerics_round_trip_and_torch_profiles_read_as_before(tmp_pat
         profile_from_dict(document)
 
 
+def test_drafted_histogram_round_trip(tmp_path):
+    from dataclasses import replace
+
+    assert "drafted_hist" not in profile_to_dict(make_profile())["acceptance"][0]  # not written when empty
+    entry = replace(make_profile().acceptance[0], drafted_hist=(7, 0, 1, 1, 3))
+    profile = replace(make_profile(), acceptance=(entry,))
+    save_profile(profile, tmp_path / "profile.yaml")
+    assert load_profile(tmp_path / "profile.yaml") == profile
+    document = profile_to_dict(profile)
+    document["acceptance"][0]["drafted_hist"] = [7, 0, 1]
+    with pytest.raises(ProfileError, match="drafted_hist has 3 counts and accepted_hist 5"):
+        profile_from_dict(document)
+
+
 def test_plan_round_trip(tmp_path):
     plan = make_plan([Stage("ngram-3", "target", StageShape("sequence", gamma=4))])
     save_plan(plan, tmp_path / "plan.yaml")

@@ -36,14 +36,15 @@ def test_bad_prompt_lines(tmp_path, line):
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("ngram:3", "ngram-3"), ("layerskip:20", "layerskip-20"), ("layerskip:0,2,4", "layerskip-0-2-4"),
+    ("ngram:3", "ngram-3"), ("ngram:12:4", "ngram-12-4"), ("ngram:16:16", "ngram-16-16"), ("layerskip:20", "layerskip-20"), ("layerskip:0,2,4", "layerskip-0-2-4"),
     ("model:/tmp/some/Small-Model", "model-Small-Model"),
 ])
 def test_drafter_spec_ids(spec, expected):
     assert parse_drafter_spec(spec).id == expected
 
 
-@pytest.mark.parametrize("spec", ["foo:1", "ngram:x", "ngram:0", "layerskip:a", "model:", "medusa", "recycle:3", "cache:x"])
+@pytest.mark.parametrize("spec", ["foo:1", "ngram:x", "ngram:0", "ngram:17", "ngram:3:4", "ngram:3:0", "ngram:3:",
+                                  "ngram:3:2:1", "layerskip:a", "model:", "medusa", "recycle:3", "cache:x"])
 def test_bad_drafter_specs(spec):
     with pytest.raises(DrafterSpecError):
         parse_drafter_spec(spec)

@@ -134,13 +134,17 @@ def brute_force_tree_values(accept: tuple[float, ...], nodes: int, depth: int) -
 
 
 def with_histograms(profile: Profile, rng: np.random.Generator, share: float = 0.5) -> Profile:
-    """Give a random share of the acceptance entries an accepted-length histogram (G = 6)."""
+    """Give a random share of the acceptance entries an accepted-length histogram (G = 6), and
+    those of retrieval drafters a drafted-length histogram (their lookups may draft fewer)."""
+    retrieval = {entry.id for entry in profile.retrieval}
     entries = []
     for entry in profile.acceptance:
         if rng.random() < share:
             hist = tuple(int(v) for v in rng.integers(0, 50, size=7))
+            drafted = tuple(int(v) for v in rng.integers(0, 50, size=7)) if entry.drafter in retrieval else ()
             entry = AcceptanceEntry(entry.drafter, entry.verifier, entry.temperature, entry.alpha, 6,
-                                    hist if sum(hist) else (1,) * 7, entry.rank_accept)
+                                    hist if sum(hist) else (1,) * 7, entry.rank_accept,
+                                    drafted_hist=drafted if sum(drafted) else ())
         entries.append(entry)
     return Profile(profile.device, profile.models, tuple(entries), profile.retrieval)
 
@@ -209,5 +213,14 @@ def reference_chain_cost(profile: Profile, stages, temperature: float = 0.0) -> 
             continue
         gamma = stage.shape.gamma
         token = reference_draft_call(profile, stage.drafter, 1) if index == 0 else level
-        level = (gamma * token + verify(gamma + 1)) / reference_accepted(entry, gamma)
+        level = (gamma * token + reference_verify(entry, gamma, verify)) / reference_accepted(entry, gamma)
     return level
+
+
+def reference_verify(entry: AcceptanceEntry, gamma: int, verify) -> float:
+    """The verify forward's mean ms over the profiled rounds: a round that drafted d tokens, asked
+    for gamma, verifies min(d, gamma) + 1 (T(gamma + 1) without a drafted histogram covering gamma)."""
+    hist = entry.drafted_hist
+    if hist and sum(hist) and gamma <= len(hist) - 1:
+        return sum(count * verify(min(d, gamma) + 1) for d, count in enumerate(hist)) / sum(hist)
+    return verify(gamma + 1)

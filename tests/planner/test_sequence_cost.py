@@ -10,6 +10,8 @@ from specplan.planner.sequence import (
     expected_accepted,
     expected_accepted_from_histogram,
     expected_accepted_length,
+    drafted_distribution,
+    expected_verify_ms,
     sequence_ms_per_token,
 )
 from specplan.core.profile import AcceptanceEntry
@@ -30,6 +32,23 @@ def test_histogram_form(seed):
         expected = reference_accepted(entry, gamma)
         assert expected_accepted_from_histogram(hist, gamma) == pytest.approx(expected, rel=1e-12)
         assert expected_accepted(entry, gamma) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_expected_verify_is_the_mean_over_the_rounds(seed):
+    """V(gamma) against the rounds themselves: a round that drafted d of G asks for gamma <= G and
+    verifies min(d, gamma) + 1 tokens; a model drafter's entry (no drafted_hist) verifies gamma + 1."""
+    rng = np.random.default_rng(seed)
+    rounds = [int(d) for d in rng.integers(0, 9, size=int(rng.integers(1, 60)))]
+    drafted_hist = tuple(rounds.count(d) for d in range(9))
+    latency = lambda n: 10.0 + 3.0 * n + (7.0 if n > 4 else 0.0)  # noqa: E731 - a step, as CPUs show
+    entry = AcceptanceEntry("ngram-5-3", "target", 0.0, 0.5, 8, (1,) * 9, drafted_hist=drafted_hist)
+    for gamma in range(9):
+        mean = sum(latency(min(d, gamma) + 1) for d in rounds) / len(rounds)
+        assert expected_verify_ms(entry, gamma, latency) == pytest.approx(mean, rel=1e-12)
+        assert sum(drafted_distribution(drafted_hist, gamma)) == pytest.approx(1.0)
+    model = AcceptanceEntry("model-x", "target", 0.0, 0.5, 8, (1,) * 9)
+    assert expected_verify_ms(model, 5, latency) == latency(6)
 
 
 def test_iid_histogram_matches_alpha():

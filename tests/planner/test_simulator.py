@@ -44,6 +44,22 @@ def test_sequence_stage_samples_the_histogram(gamma):
     assert result.agrees(), result
 
 
+@pytest.mark.parametrize("gamma", [1, 4, 6])
+def test_a_lookup_that_drafts_fewer_verifies_fewer(gamma):
+    """A bottom retrieval stage whose lookup drafted nothing in 70% of the rounds: each round
+    verifies min(D, gamma) + 1 tokens, and the closed form's V(gamma) is their mean cost."""
+    drafted = (70, 0, 5, 0, 5, 5, 15)
+    hist = (75, 5, 5, 5, 5, 0, 5)
+    stage = SimStage("sequence", VERIFY, gamma=gamma, alpha=0.4, draft_ms=0.1, accepted_hist=hist, drafted_hist=drafted)
+    result = simulate([stage], rounds=20000, seed=gamma, confidence=CONFIDENCE)
+    entry = AcceptanceEntry("d", "v", 0.0, 0.4, 6, hist, drafted_hist=drafted)
+    verify = sum(count * VERIFY[min(d, gamma) + 1] for d, count in enumerate(drafted)) / sum(drafted)
+    assert result.closed_form == pytest.approx((gamma * 0.1 + verify) / reference_accepted(entry, gamma))
+    assert result.agrees(), result
+    full = SimStage("sequence", VERIFY, gamma=gamma, alpha=0.4, draft_ms=0.1, accepted_hist=hist)
+    assert not result.ci_low <= closed_form([full]) <= result.ci_high  # T(gamma + 1) every round is rejected
+
+
 def test_interval_can_reject_a_wrong_closed_form():
     """Power: a 5% error in alpha is outside the interval."""
     stage = SimStage("sequence", VERIFY, gamma=4, alpha=0.7, draft_ms=2.0)

@@ -211,3 +211,19 @@ def test_graft_ranks_follow_the_grafted_trees_rounds():
     assert (alone.positions, alone.rank_hits) == (7, [3, 0, 1, 0])  # as add_tree_ranks counts RANKS
     # grafted rounds: 0-1 (depth 2 through the model's child), 3-4, 6-7; position 1 counts as no extra
     assert (graft.positions, graft.rank_hits) == (6, [3, 0, 1, 0])
+
+
+def test_retrieval_rounds_record_how_many_tokens_the_lookup_drafted():
+    """``drafted_hist[d]``: rounds whose lookup proposed d of gamma tokens. With keys of at least
+    3 tokens (ngram:3:3), a text that never repeats 3 tokens drafts nothing in every round."""
+    gamma = 3
+    counter = AcceptanceCounter(gamma, width=4)
+    chain = lambda committed, wanted: NgramDrafter(3, 3).propose(  # noqa: E731
+        committed, wanted, SamplingConfig(), torch.Generator()).tokens
+    replay_retrieval(counter, NgramTreeDrafter(3, 3), chain, [1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12])
+    assert counter.drafted_hist == [sum(counter.hist), 0, 0, 0] and counter.hist[0] == sum(counter.hist)
+    copying = AcceptanceCounter(gamma, width=4)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]
+    replay_retrieval(copying, NgramTreeDrafter(3, 3), chain, prompt, [4, 5, 6, 7, 8, 1, 2, 3, 4, 9, 9, 9, 9])
+    assert sum(copying.drafted_hist) == sum(copying.hist) and copying.drafted_hist[gamma] >= 2
+    assert copying.drafted_hist[0] >= 1  # after "9 9 9" nothing of 3 tokens recurs until the 9s repeat
