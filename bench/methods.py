@@ -47,24 +47,35 @@ class ForwardLog:
 
 @contextmanager
 def recording(session: ModelSession | None) -> Iterator[ForwardLog]:
-    """Note every ``session.extend`` (its width and the session's own timing) until exit."""
+    """Note every ``session.extend`` and ``session.advance`` (a catch-up without logits rows, such as
+    a prompt's prefill) with its width and the session's own timing, until exit."""
     log = ForwardLog([])
     if session is None:
         yield log
         return
-    original = session.extend
+    originals = {name: getattr(session, name) for name in ("extend", "advance")}
+    depth = [0]  # a session's default advance calls its extend: that forward is noted once
 
-    def extend(tokens, *args, **kwargs):
-        before = session.forward_seconds
-        logits = original(tokens, *args, **kwargs)
-        log.calls.append((len(tokens), session.forward_seconds - before))
-        return logits
+    def timed(original):
+        def call(tokens, *args, **kwargs):
+            before = session.forward_seconds
+            depth[0] += 1
+            try:
+                result = original(tokens, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                log.calls.append((len(tokens), session.forward_seconds - before))
+            return result
+        return call
 
-    session.extend = extend  # an instance attribute shadows the method until we delete it
+    for name, original in originals.items():
+        setattr(session, name, timed(original))  # an instance attribute shadows the method until deleted
     try:
         yield log
     finally:
-        del session.extend
+        for name in originals:
+            delattr(session, name)
 
 
 def drafter_sessions(drafter) -> list[ModelSession]:

@@ -17,7 +17,7 @@ from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts
 from specplan.core.workloads import WORKLOADS, workload_split
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
-LLAMA_CPP_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache")  # layer skipping needs the torch backend
+LLAMA_CPP_DRAFTERS = ("ngram:3", "ngram:5", "ngram:8:3", "recycle", "cache")  # layer skipping needs the torch backend
 MIN_CONTEXT, MAX_CONTEXT = 16, 32768  # cached tokens a latency measurement may sit on
 
 

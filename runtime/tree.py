@@ -9,10 +9,6 @@ Tree attention (EAGLE, arXiv 2401.15077, eagle/model/utils.py; SpecInfer, arXiv
 2305.09781): node ``i`` attends to the whole cache and to its ancestors and itself. The
 ancestor mask follows the recurrence ``row(i) = row(parents[i]) | {i}``, and the position
 of node ``i`` is the committed length plus its depth (``row sum - 1``).
-
-Path lists (Medusa ``medusa_choices``, vLLM ``speculative_token_tree``) name each non-root
-node by the sibling ranks along its path, e.g. ``[(0,), (1,), (0, 0)]``; they are converted
-here, at the edge, and never used inside the runtime.
 """
 
 from __future__ import annotations
@@ -25,60 +21,6 @@ import torch
 
 from specplan.core.errors import TreeError
 from specplan.core.parents import check_parents, node_depths
-
-
-
-def parents_from_path_lists(paths: Sequence[Sequence[int]]) -> tuple[int, ...]:
-    """Parent array of the tree whose non-root nodes are ``paths`` (rank paths), in order.
-
-    Node ``i + 1`` is ``paths[i]``. Each path's parent (the path without its last rank)
-    must come earlier, and siblings must appear in rank order 0, 1, 2, ... so that a
-    node's children, in node order, are its ranked children.
-
-    Example
-    -------
-    >>> parents_from_path_lists([(0,), (1,), (0, 0), (0, 1), (1, 0)])
-    (-1, 0, 0, 1, 1, 2)
-    """
-    index: dict[tuple[int, ...], int] = {(): 0}
-    child_count = [0]
-    parents = [-1]
-    for path in paths:
-        path = tuple(int(rank) for rank in path)
-        if not path or path in index:
-            raise TreeError(f"path {path} is empty or repeated; each non-root node needs one distinct rank path")
-        parent = index.get(path[:-1])
-        if parent is None:
-            raise TreeError(
-                f"path {path} comes before its parent {path[:-1]}; list parents first (e.g. sorted by length)"
-            )
-        if path[-1] != child_count[parent]:
-            raise TreeError(
-                f"path {path} has rank {path[-1]} but its parent has {child_count[parent]} children so far; "
-                "list siblings in rank order 0, 1, ..."
-            )
-        child_count[parent] += 1
-        index[path] = len(parents)
-        parents.append(parent)
-        child_count.append(0)
-    return tuple(parents)
-
-
-def path_lists_from_parents(parents: Sequence[int]) -> list[tuple[int, ...]]:
-    """Rank path of every non-root node, in node order (inverse of :func:`parents_from_path_lists`).
-
-    Example
-    -------
-    >>> path_lists_from_parents((-1, 0, 0, 1, 1, 2))
-    [(0,), (1,), (0, 0), (0, 1), (1, 0)]
-    """
-    parents = check_parents(parents)
-    paths: list[tuple[int, ...]] = [()]
-    child_count = [0] * len(parents)
-    for parent in parents[1:]:
-        paths.append(paths[parent] + (child_count[parent],))
-        child_count[parent] += 1
-    return paths[1:]
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,13 +71,6 @@ class DraftTree:
         parents = (-1, *range(tokens.numel() - 1)) if tokens.numel() else ()
         return cls(parents, tokens, draft_probs, None if sampled is None else tuple(sampled))
 
-    @classmethod
-    def from_path_lists(cls, paths: Sequence[Sequence[int]], tokens, draft_probs: torch.Tensor | None = None,
-                        sampled: Sequence[bool] | None = None) -> "DraftTree":
-        """Build from Medusa / vLLM rank paths (see :func:`parents_from_path_lists`); ``tokens`` includes the root."""
-        return cls(parents_from_path_lists(paths), torch.as_tensor(tokens), draft_probs,
-                   None if sampled is None else tuple(sampled))
-
     def after_chain(self, prefix: Sequence[int]) -> "DraftTree":
         """This tree behind the chain ``prefix``: node i of the chain is the parent of node i + 1,
         the last chain token the parent of this tree's root. Only its mask and positions are
@@ -143,10 +78,6 @@ class DraftTree:
         offset = len(prefix)
         parents = (*range(-1, offset - 1), offset - 1, *(parent + offset for parent in self.parents[1:]))
         return DraftTree(parents, torch.cat([torch.as_tensor(prefix, dtype=torch.long), self.tokens.cpu()]))
-
-    def to_path_lists(self) -> list[tuple[int, ...]]:
-        """Rank path of every non-root node, in node order (Medusa / vLLM style)."""
-        return path_lists_from_parents(self.parents)
 
     # ---- structure ---------------------------------------------------------------------
 

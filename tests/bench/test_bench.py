@@ -254,3 +254,36 @@ def test_missing_matplotlib_is_one_line_exit_2(bench_inputs, tmp_path, capsys, m
 def test_unknown_baseline_is_bad_input(bench_inputs, tmp_path, capsys):
     assert run_cli(bench_inputs, tmp_path, "--baselines", "plain,vllm") == 2
     assert "choose from" in capsys.readouterr().err
+
+
+class _TimedSession:
+    """A session stand-in: each forward adds its width to ``forward_seconds``."""
+
+    def __init__(self, advance_through_extend: bool):
+        self.forward_seconds = 0.0
+        self.advance_through_extend = advance_through_extend
+
+    def extend(self, tokens, tree=None):
+        self.forward_seconds += len(tokens)
+        return None
+
+    def advance(self, tokens):
+        if self.advance_through_extend:  # the contract's default (torch)
+            return self.extend(tokens)
+        self.forward_seconds += len(tokens)  # llama.cpp: its own decode without logits rows
+        return None
+
+
+@pytest.mark.parametrize("advance_through_extend", [True, False])
+def test_recording_notes_a_prefill_by_advance_once(advance_through_extend):
+    """The bench's forward log sees a prompt prefilled by ``advance`` (its first call, the prefill
+    it reports) whether or not the session's advance goes through extend, and counts it once."""
+    from specplan.bench.methods import recording
+
+    session = _TimedSession(advance_through_extend)
+    with recording(session) as log:
+        session.advance([1, 2, 3, 4, 5])
+        session.extend([6])
+        session.extend([7, 8])
+    assert log.calls == [(5, 5.0), (1, 1.0), (2, 2.0)]
+    assert "extend" not in vars(session) and "advance" not in vars(session)  # the methods are restored

@@ -1,13 +1,12 @@
-"""DraftTree: validation, derived structure, masks, positions, path-list converters."""
+"""DraftTree: validation, derived structure, masks, positions."""
 
-import itertools
 import random
 
 import pytest
 import torch
 
 from specplan.core.errors import TreeError
-from specplan.runtime.tree import DraftTree, parents_from_path_lists, path_lists_from_parents
+from specplan.runtime.tree import DraftTree
 
 #        0
 #      /   \
@@ -109,40 +108,8 @@ def test_fields_are_normalised():
     assert tree.tokens.dtype == torch.long
 
 
-def test_path_lists_literal():
-    medusa = [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]
-    parents = parents_from_path_lists(medusa)
-    assert parents == (-1, 0, 0, 1, 1, 2, 3)
-    tree = DraftTree.from_path_lists(medusa, torch.arange(7))
-    assert tree.to_path_lists() == medusa
-
-
-@pytest.mark.parametrize(
-    "paths, words",
-    [
-        ([(0, 0), (0,)], "before its parent"),
-        ([(0,), (0,)], "repeated"),
-        ([(1,)], "rank order"),
-        ([(0,), ()], "empty"),
-    ],
-)
-def test_bad_path_lists(paths, words):
-    with pytest.raises(TreeError, match=words):
-        parents_from_path_lists(paths)
-
-
 def random_parents(rng: random.Random, size: int) -> tuple[int, ...]:
     return (-1, *(rng.randrange(node) for node in range(1, size)))
-
-
-def test_path_lists_round_trip_random_trees():
-    rng = random.Random(0)
-    for size in itertools.chain(range(1, 8), [20, 40]):
-        parents = random_parents(rng, size)
-        paths = path_lists_from_parents(parents)
-        assert len(paths) == size - 1
-        # Children listed after their parent but siblings not necessarily adjacent: still a valid order.
-        assert parents_from_path_lists(paths) == parents
 
 
 def test_ancestor_mask_matches_slow_reference():

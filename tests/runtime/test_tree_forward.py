@@ -1,4 +1,5 @@
-"""Tree forward over a KV cache against sequential recomputation (tiny random Llama, float32)."""
+"""A tree's mask and positions (``DraftTree.attention_mask`` / ``position_ids``) in one forward
+over a KV cache, against sequential recomputation (tiny random Llama, float32)."""
 
 import pytest
 import torch
@@ -6,7 +7,6 @@ from tests.runtime.tiny_models import TINY_VOCAB, tiny_llama
 
 from specplan.runtime.kv import cache_length, keep_nodes, new_cache
 from specplan.runtime.tree import DraftTree
-from specplan.runtime.tree_forward import tree_forward
 from specplan.runtime.verify import verify_greedy
 
 IMPLEMENTATIONS = ["eager", "sdpa"]
@@ -35,6 +35,15 @@ def setup(model, seed=0):
     with torch.no_grad():
         model(input_ids=prefix.unsqueeze(0), past_key_values=cache, use_cache=True)
     return prefix, tree, cache
+
+
+@torch.no_grad()
+def tree_forward(model, cache, tree: DraftTree, past_length: int) -> torch.Tensor:
+    """Logits [num_nodes, vocab] of the tree fed on top of ``past_length`` cached positions."""
+    assert cache_length(cache) == past_length
+    output = model(input_ids=tree.tokens.unsqueeze(0), attention_mask=tree.attention_mask(past_length, model.dtype, "cpu"),
+                   position_ids=tree.position_ids(past_length, "cpu"), past_key_values=cache, use_cache=True)
+    return output.logits[0]
 
 
 def full_logits(model, ids) -> torch.Tensor:
