@@ -15,8 +15,9 @@ Baseline names (each peer is its own server process, with the settings named):
 The binary is ``$SPECPLAN_LLAMA_SERVER`` or ``$SPECPLAN_CACHE/bin/llama-server``, which
 ``scripts/build-llama-server.sh`` builds from the llama.cpp that llama-cpp-python 0.3.36 vendors
 (the backend's own version). A server starts on 127.0.0.1 at a free port on the peer's first run
-(``-c 4096 -np 1``, weight repacking off: ``--no-repack``, because llama.cpp's AMX repacking crashes
-decodes on CPUs with AMX, and the backend measures without it too), its log goes to a file in a
+(``-c 4096 -np 1``; weight repacking as the plan's target session has it: llama.cpp's default with
+fast numerics, ``--no-repack`` with exact numerics and on a CPU with AMX, whose repacking crashes
+decodes), its log goes to a file in a
 temporary folder, and it stops on :meth:`LlamaServerMethod.close`, at exit, or (Linux) when the
 Python process dies. An idle server uses no CPU, so the peers' servers wait beside the other methods.
 
@@ -55,6 +56,7 @@ from pathlib import Path
 
 from specplan.bench.metrics import Measurement
 from specplan.core.errors import SpecplanError
+from specplan.runtime.llama_cpp_session import repacks_weights
 
 PREFIX = "llama-server"
 BUILD = "bash scripts/build-llama-server.sh"
@@ -132,10 +134,13 @@ def server_binary() -> Path:
 
 
 def server_command(binary: str | Path, peer: ServerPeer, target: str | Path, threads: int, port: int,
-                   draft: str | Path | None = None, context: int = CONTEXT) -> list[str]:
-    """llama-server's command line for ``peer`` on ``target`` (``draft``: the drafter GGUF of ``draft-simple``)."""
+                   draft: str | Path | None = None, context: int = CONTEXT, repack: bool = False) -> list[str]:
+    """llama-server's command line for ``peer`` on ``target`` (``draft``: the drafter GGUF of ``draft-simple``;
+    ``repack``: llama.cpp's weight repacking, its default, else ``--no-repack``)."""
     command = [str(binary), "-m", str(target), "-t", str(threads), "-c", str(context), "-np", "1",
-               "--host", "127.0.0.1", "--port", str(port), "-ngl", "0", "--no-repack", "--no-webui"]
+               "--host", "127.0.0.1", "--port", str(port), "-ngl", "0", "--no-webui"]
+    if not repack:
+        command.append("--no-repack")
     if peer.spec_type is None:
         return command + ["--spec-type", "none"]
     if peer.needs_draft_model:
@@ -290,12 +295,13 @@ class LlamaServerMethod:
     kind = "engine"
 
     def __init__(self, peer: ServerPeer, binary: Path, target: Path, threads: int, draft: Path | None = None,
-                 context: int = CONTEXT):
+                 context: int = CONTEXT, repack: bool = False):
         self.peer = peer
         self.name = peer.name
-        self.command = functools.partial(server_command, binary, peer, target, threads, draft=draft, context=context)
+        self.command = functools.partial(server_command, binary, peer, target, threads, draft=draft, context=context,
+                                         repack=repack)
         self.server = LlamaServer(self.command, peer.name)
-        where = f"{Path(target).name} on the CPU, {threads} threads, -c {context} -np 1, --no-repack"
+        where = f"{Path(target).name} on the CPU, {threads} threads, -c {context} -np 1" + ("" if repack else ", --no-repack")
         drafter = f", drafter {Path(draft).name}" if draft is not None else ""
         self.description = f"llama-server {peer.describe()}{drafter}, {where}; seconds are the server's prompt_ms + predicted_ms"
         self._settings = {"spec_type": peer.spec_type or "none", "threads": threads, "n_ctx": context}
@@ -381,11 +387,13 @@ def llama_server_peers(names: Sequence[str], runner, threads: int, draft_gguf: P
                      f"{BUILD} (a few minutes, once) or set SPECPLAN_LLAMA_SERVER")
         return []
     target = Path(runner.target.path)
+    repack = repacks_weights(runner.target.exact)  # as the plan's target session loads its weights
     methods = []
     for peer in peers:
         if peer.needs_draft_model and draft_gguf is None:
             notes.append(f"{peer.name} left out: draft-simple needs a drafter GGUF and the plan's profile has no "
                          "model: drafter with a GGUF file (profile one with --drafter model:MODEL)")
             continue
-        methods.append(LlamaServerMethod(peer, binary, target, threads, draft_gguf if peer.needs_draft_model else None))
+        methods.append(LlamaServerMethod(peer, binary, target, threads, draft_gguf if peer.needs_draft_model else None,
+                                         repack=repack))
     return methods

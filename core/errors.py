@@ -39,3 +39,7 @@ class BackendMissingError(SpecplanError):
 
 class OutputError(SpecplanError):
     """An output location that cannot be written (a folder, no permission, a full disk, an input)."""
+
+
+class CacheError(SpecplanError):
+    """A cache folder that cannot be read or written, or a cache entry that cannot be found."""

@@ -29,16 +29,12 @@ from typing import Callable
 
 import filelock
 
-from specplan.core.errors import SpecplanError
+from specplan.core.errors import CacheError, SpecplanError
 from specplan.core.yamlio import read_document, write_document
 
 MANIFEST = "manifest.yaml"
 SCHEMA_VERSION = 1
 TEMPORARY_MARK = ".tmp-"
-
-
-class CacheError(SpecplanError):
-    """A cache folder that cannot be read or written, or a cache entry that cannot be found."""
 
 
 @dataclass(frozen=True)

@@ -71,17 +71,24 @@ def _has_amx(llama_cpp) -> bool:
     return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
 
 
+def repacks_weights(exact: bool) -> bool:
+    """Whether a session with these numerics repacks the weights for this CPU (llama.cpp's
+    "extra buffer types", on by default in llama.cpp and llama-server): not when ``exact`` (batch
+    invariance was measured without it), nor on a CPU with AMX (this build's AMX repacking
+    segfaults in llama_decode; docs/backends.md, "AMX")."""
+    return not exact and not _has_amx(_llama_cpp())
+
+
 def load_model(llama_cpp, model_path: str | Path, exact: bool = True):
     """Load the GGUF file at ``model_path`` on the CPU; ModelError (one line) when it is missing or unloadable.
 
-    Weight repacking ("extra buffer types") stays off when ``exact`` (batch invariance was measured
-    without it) and on a CPU with AMX (this build's AMX repacking segfaults in llama_decode)."""
+    Weight repacking as :func:`repacks_weights` says."""
     path = Path(model_path)
     if not path.is_file():
         raise ModelError(f"GGUF file {path} does not exist; pass the path of an existing .gguf file")
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
-    params.use_extra_bufts = not exact and not _has_amx(llama_cpp)
+    params.use_extra_bufts = repacks_weights(exact)
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise ModelError(f"llama.cpp could not load {path} (not a GGUF model this llama.cpp supports); "

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from specplan.runtime.llama_cpp_session import repacks_weights
 from specplan.bench.llama_server_peer import (
     ServerPeer,
     completion_request,
@@ -63,7 +64,8 @@ def test_command_lines():
     plain = server_command("/bin/ls", parse_peer("llama-server"), "t.gguf", 2, 8123)
     assert plain[:9] == ["/bin/ls", "-m", "t.gguf", "-t", "2", "-c", "4096", "-np", "1"]
     assert plain[plain.index("--port") + 1] == "8123" and plain[plain.index("--host") + 1] == "127.0.0.1"
-    assert "--no-repack" in plain  # AMX repacking crashes llama.cpp's decodes on this CPU
+    assert "--no-repack" in plain  # exact numerics, or AMX, whose repacking crashes llama.cpp's decodes
+    assert "--no-repack" not in server_command("s", parse_peer("llama-server"), "t.gguf", 2, 1, repack=True)
     assert plain[-2:] == ["--spec-type", "none"] and "--spec-draft-model" not in plain
     draft = server_command("s", parse_peer("llama-server-draft:4"), "t.gguf", 1, 1, draft="d.gguf")
     assert draft[draft.index("--spec-draft-model") + 1] == "d.gguf"
@@ -111,13 +113,17 @@ def test_a_draft_peer_without_a_drafter_is_a_note(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECPLAN_LLAMA_SERVER", str(binary))
     assert server_binary() == binary
     notes: list[str] = []
-    runner = SimpleNamespace(target=SimpleNamespace(path=str(tmp_path / "t.gguf")))
+    runner = SimpleNamespace(target=SimpleNamespace(path=str(tmp_path / "t.gguf"), exact=True))
     methods = llama_server_peers(["llama-server", "llama-server-draft:2"], runner, 2, None, notes)
     assert [m.name for m in methods] == ["llama-server"] and methods[0].kind == "engine"
     assert len(notes) == 1 and notes[0].startswith("llama-server-draft:2 left out")
     assert methods[0].settings == {"spec_type": "none", "threads": 2, "n_ctx": 4096}  # no server started yet
     methods = llama_server_peers(["llama-server-draft:2"], runner, 2, tmp_path / "d.gguf", notes)
     assert methods[0].settings["spec_draft_n_max"] == 2 and "d.gguf" in methods[0].description
+    assert "--no-repack" in methods[0].description  # exact numerics: weights as the session loads them
+    if repacks_weights(False):  # fast numerics repack, as llama-server does by default (not on AMX)
+        fast = SimpleNamespace(target=SimpleNamespace(path=str(tmp_path / "t.gguf"), exact=False))
+        assert "--no-repack" not in llama_server_peers(["llama-server"], fast, 2, None, notes)[0].description
 
 
 def test_drafter_gguf_prefers_the_plans_drafter(tmp_path):
