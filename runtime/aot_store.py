@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from specplan.core.yamlio import safe_load_text, write_document
+from specplan.models.cache_entry import file_digest
 from specplan.models.registry import cache_root
 from specplan.runtime.aot_step import STEP_VERSION, AotStep, example_inputs, export_step, model_constants
 
@@ -106,19 +107,11 @@ def stale_reason(folder: Path, key: PackageKey, model: torch.nn.Module) -> str |
     for field, wanted in asdict(key).items():
         if built_for.get(field) != wanted:
             return f"built for {field} {built_for.get(field)!r}, this is {wanted!r}"
-    if meta.get("package_sha256") != _sha256(package_path):
+    if meta.get("package_sha256") != file_digest(package_path):
         return f"{PACKAGE_FILE} does not match its recorded sha256"
     if meta.get("constants") != constant_table(model):
         return "its constants differ from the model's tensors"
     return None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
 
 
 def build_package(model: torch.nn.Module, device: torch.device, key: PackageKey, folder: Path) -> float:
@@ -138,7 +131,7 @@ def build_package(model: torch.nn.Module, device: torch.device, key: PackageKey,
         shutil.move(str(built), folder / PACKAGE_FILE)
     seconds = time.perf_counter() - begin
     write_document(folder / META_FILE, {
-        "schema_version": SCHEMA_VERSION, "key": asdict(key), "package_sha256": _sha256(folder / PACKAGE_FILE),
+        "schema_version": SCHEMA_VERSION, "key": asdict(key), "package_sha256": file_digest(folder / PACKAGE_FILE),
         "build_seconds": round(seconds, 1), "constants": constant_table(model)})
     return seconds
 
