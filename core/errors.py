@@ -43,3 +43,7 @@ class OutputError(SpecplanError):
 
 class CacheError(SpecplanError):
     """A cache folder that cannot be read or written, or a cache entry that cannot be found."""
+
+
+class SettingError(SpecplanError):
+    """A published-setting file (``specplan predict``) that is malformed or names an unknown SKU, shape or precision."""

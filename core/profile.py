@@ -52,7 +52,9 @@ class ModelShape:
 
     Recorded by the profiler from ``model.config`` (``source: config``); a layer-skip view
     records the layers it keeps. ``parameters``: all weights, embeddings included (0 when
-    not recorded; the roofline then counts them from the other fields).
+    not recorded; the roofline then counts them from the other fields). ``extra_weights``:
+    matmul weights outside the decoder layers and the LM head, read by every forward (an
+    EAGLE-style head's feature projection; 0 for a plain decoder).
     """
 
     layers: int
@@ -65,6 +67,7 @@ class ModelShape:
     tied_embeddings: bool = True
     parameters: int = 0
     source: str = "config"  # config | builtin (a known model's published config)
+    extra_weights: int = 0
 
 
 @dataclass(frozen=True)
@@ -244,10 +247,12 @@ def _shape(raw: dict[str, Any] | None, where: str) -> ModelShape | None:
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}.shape must be a mapping (layers, hidden, heads, ...); regenerate the profile")
     values = {k: v for k, v in raw.items() if k in ModelShape.__annotations__}
-    for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "intermediate", "parameters"):
+    for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "intermediate", "parameters",
+                "extra_weights"):
         if key in values:
             name = f"{where}.shape.{key}"
-            values[key] = check_parameters(values[key], name) if key == "parameters" else _count(values[key], name, 1)
+            values[key] = (check_parameters(values[key], name) if key in ("parameters", "extra_weights")
+                           else _count(values[key], name, 1))
     values["tied_embeddings"] = bool(values.get("tied_embeddings", True))
     values["source"] = str(values.get("source", "config"))
     return ModelShape(**values)
@@ -408,6 +413,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
             del model["batch_overhead"]  # only batched profiles carry it: others read as before
         if model.get("shape") is None:
             model.pop("shape", None)
+        elif not model["shape"]["extra_weights"]:
+            del model["shape"]["extra_weights"]  # plain decoders: profiles read as before
     for entry in document["acceptance"]:
         for key in ("accepted_hist", "rank_accept", "retrieval_rank_accept"):
             entry[key] = [round(v, 6) if isinstance(v, float) else v for v in entry[key]]

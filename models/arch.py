@@ -7,13 +7,17 @@ initialiser draws them, so no denormals slow a CPU). ``--arch`` is a name from
 1.5B, SmolLM2-135M, and a Llama-shaped 1.5B) or a config JSON file. A shape with a ``slice``
 is built with fewer layers (e.g. 2 and 4 of Llama-3-70B's 80) and its curve scaled linearly in
 layers (:func:`scale_to_layers`; docs/guide.md, "Latency-only profiles").
+
+:func:`shape_of_arch` gives the roofline's :class:`~specplan.core.profile.ModelShape` of a name
+without building anything (``specplan predict``), including EAGLE-style draft heads named
+``eagle-head-<shape>`` and ``eagle3-head-<shape>`` (docs/planner-math.md, section 13).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,8 +25,13 @@ from typing import Any
 import yaml
 
 from specplan.core.errors import ModelError
+from specplan.core.profile import ModelShape, shape_from_config
 
 SCHEMA_VERSION = 1
+HEAD_PREFIXES = ("eagle3-head-", "eagle-head-")
+# EAGLE-3's released Llama-3.1-8B head predicts over a draft vocabulary of 32,000 tokens
+# (config.json of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: draft_vocab_size 32000; arXiv 2503.01840).
+EAGLE3_DRAFT_VOCAB = 32000
 
 
 @dataclass(frozen=True)
@@ -115,3 +124,31 @@ def scale_to_layers(short_ms: float, long_ms: float, short_layers: int, long_lay
     """
     per_layer = max(0.0, (long_ms - short_ms) / (long_layers - short_layers))  # below 0 is timing noise
     return short_ms + (layers - short_layers) * per_layer
+
+
+def shape_of_arch(value: str) -> ModelShape:
+    """The roofline shape of a named shape, a config JSON file, or an EAGLE-style head.
+
+    ``eagle-head-<shape>`` (EAGLE-1/2, arXiv 2401.15077 section 4): one decoder layer of the
+    target's widths, an FC from [embedding; feature] (2h) to h, and the target's LM head.
+    ``eagle3-head-<shape>`` (EAGLE-3, arXiv 2503.01840 section 3): an FC fusing three of the
+    target's layers (3h -> h), one decoder layer whose q/k/v read [embedding; fused feature] (2h
+    inputs), and an LM head over a draft vocabulary of 32,000 tokens.
+
+    >>> head, target = shape_of_arch("eagle-head-llama-3-8b"), shape_of_arch("llama-3-8b")
+    >>> head.layers, head.hidden == target.hidden, head.extra_weights == 2 * 4096 * 4096
+    (1, True, True)
+    """
+    prefix = next((p for p in HEAD_PREFIXES if value.startswith(p)), "")
+    spec = resolve_arch(value[len(prefix):] if prefix else value)
+    shape = shape_from_config(type("Fields", (), spec.config))
+    if shape is None:  # resolve_arch checked the fields; head_dim or a count was malformed
+        raise ModelError(f"--arch {value}: the config's widths do not make a decoder shape")
+    shape = replace(shape, source="builtin")
+    if prefix == "eagle-head-":
+        return replace(shape, layers=1, extra_weights=2 * shape.hidden * shape.hidden)
+    if prefix == "eagle3-head-":
+        qkv_input = shape.hidden * shape.head_dim * (shape.heads + 2 * shape.kv_heads)
+        return replace(shape, layers=1, vocab=min(shape.vocab, EAGLE3_DRAFT_VOCAB),
+                       extra_weights=3 * shape.hidden * shape.hidden + qkv_input)
+    return shape

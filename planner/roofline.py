@@ -77,6 +77,15 @@ PRECISIONS = {
     "nf4": Precision("nf4", 4.5, "bf16", 2, 4.0),
     "gptq-w4g128": Precision("gptq-w4g128", 4.0 + 20.0 / 128, "bf16", 2, 4.0),
     "q4_1": Precision("q4_1", 5.0, "bf16", 2, 4.0),
+    # The precisions published GPU results name (docs/formats.md, "Published settings").
+    # W8A8 (SmoothQuant, arXiv 2211.10438): int8 weights with a per-channel scale, int8 matmuls,
+    # scales applied in the epilogue (no dequantisation pass). W4A16 (GPTQ / AWQ weights in a
+    # Marlin-style kernel, github.com/IST-DASLab/marlin): as gptq-w4g128. W4A8 (QServe, arXiv
+    # 2405.04532): 4-bit weights widened to int8 in registers (about 2 operations per weight,
+    # our estimate) before an int8 matmul.
+    "w8a8": Precision("w8a8", 8.0, "int8", 2),
+    "w4a16": Precision("w4a16", 4.0 + 20.0 / 128, "fp16", 2, 4.0),
+    "w4a8": Precision("w4a8", 4.0 + 20.0 / 128, "int8", 2, 2.0),
 }
 
 
@@ -89,7 +98,7 @@ def precision_for(quant: str, dtype: str) -> Precision:
     4.3125
     """
     if quant in ("", "none"):
-        if dtype not in PRECISIONS or PRECISIONS[dtype].quantized:
+        if dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype {dtype!r} is not one of float32, bfloat16, float16")
         return PRECISIONS[dtype]
     if quant in PRECISIONS:
@@ -115,6 +124,7 @@ class DeviceRoof:
     overhead_per_forward_us: float = 0.0
     overhead_per_layer_us: float = 0.0
     dequant_tile: int = 16
+    overhead_per_sequence_us: float = 0.0  # the engine's work per sequence per forward (sampling, bookkeeping)
     source: dict[str, str] = field(default_factory=dict)
 
     def matmul_tflops(self, key: str) -> float:
@@ -174,13 +184,14 @@ def layer_weights(shape: ModelShape) -> int:
 
 
 def matmul_weights(shape: ModelShape) -> int:
-    """Weights read by every forward: all layers and the LM head (vocab x hidden, tied or not).
+    """Weights read by every forward: all layers, the LM head (vocab x hidden, tied or not) and
+    any ``extra_weights`` (an EAGLE-style head's feature projection).
 
     >>> smol = ModelShape(30, 576, 9, 3, 64, 49152, 1536)
     >>> round(matmul_weights(smol) / 1e6, 1)
     134.5
     """
-    return shape.layers * layer_weights(shape) + shape.vocab * shape.hidden + shape.hidden
+    return shape.layers * layer_weights(shape) + shape.vocab * shape.hidden + shape.hidden + shape.extra_weights
 
 
 def forward_cost(shape: ModelShape, precision: Precision, n: int, context: int, device: DeviceRoof,
@@ -210,7 +221,8 @@ def forward_cost(shape: ModelShape, precision: Precision, n: int, context: int, 
     kv_width = 2 * shape.kv_heads * shape.head_dim  # K and V per token per layer
     head = shape.vocab * shape.hidden
     body = matmul_weights(shape) - head
-    weight_bytes = body * precision.weight_bits / 8 + head * (16 if precision.quantized else precision.weight_bits) / 8
+    head_bits = 16 if precision.weight_bits < 16 else precision.weight_bits  # quantised models keep a 16-bit LM head
+    weight_bytes = body * precision.weight_bits / 8 + head * head_bits / 8
     kv_bytes = batch * shape.layers * kv_width * (context + n) * act
     per_layer_activations = 2 * shape.hidden * 4 + shape.heads * shape.head_dim * 2 + 3 * shape.intermediate
     activation_bytes = rows * shape.layers * per_layer_activations * act + rows * shape.vocab * LOGIT_BYTES
@@ -227,7 +239,7 @@ def forward_cost(shape: ModelShape, precision: Precision, n: int, context: int, 
         else calibration.overhead_per_forward_us
     per_layer = device.overhead_per_layer_us if calibration.overhead_per_layer_us is None \
         else calibration.overhead_per_layer_us
-    overhead_ms = (per_forward + per_layer * shape.layers) / 1e3
+    overhead_ms = (per_forward + per_layer * shape.layers + device.overhead_per_sequence_us * batch) / 1e3
     return ForwardCost(total_bytes, flops, dequant, memory_ms, compute_ms, overhead_ms)
 
 

@@ -88,14 +88,16 @@ def _sku(name: str, raw: dict[str, Any]) -> DeviceRoof:
         overhead_per_forward_us=_number(overhead.get("per_forward_us", 0.0), f"{name}.overhead.per_forward_us", False),
         overhead_per_layer_us=_number(overhead.get("per_layer_us", 0.0), f"{name}.overhead.per_layer_us", False),
         dequant_tile=tile,
+        overhead_per_sequence_us=_number(overhead.get("per_sequence_us", 0.0), f"{name}.overhead.per_sequence_us", False),
         source={str(k): str(v) for k, v in (raw.get("source") or {}).items()},
     )
 
 
 # A CUDA device's name (torch.cuda.get_device_name) -> the SKU table's key. Checked in order,
-# so "l40s" comes before "l4". A PCIe H100 has 2.0 TB/s, not the SXM's 3.35: not matched.
+# so "l40s" comes before "l40" and "l4", and the PCIe A100 before the SXM one. A PCIe H100 has 2.0 TB/s, not the SXM's 3.35: not matched.
 DEVICE_NAMES = (("h100 80gb hbm3", "h100-sxm"), ("h100 sxm", "h100-sxm"), ("h200", "h200"), ("a100-sxm4-80gb", "a100-80gb"),
-                ("a100 80gb", "a100-80gb"), ("l40s", "l40s"), ("l4", "l4"), ("rtx 4090", "rtx-4090"))
+                ("a100 80gb pcie", "a100-80gb-pcie"), ("a100 80gb", "a100-80gb"), ("l40s", "l40s"), ("l40", "l40"),
+                ("l4", "l4"), ("rtx 4090", "rtx-4090"), ("rtx 3090", "rtx-3090"))
 
 
 def sku_of_device_name(name: str) -> str | None:

@@ -178,19 +178,34 @@ def best_tree(accept: Sequence[float], budget: int, depth: int) -> TreeSolution 
     return tree_from_table(solve_tree_table(accept, budget, depth), budget, depth)
 
 
-def _table_depth_and_width(table: TreeTable, budget: int, depth: int) -> tuple[int, int]:
-    """(depth, width) of the DP tree without numbering it: cheap, for costing many sizes."""
-    expanded: dict[int, int] = {}
-    deepest = 0
-    stack = [(budget, depth, 0)]
-    while stack:
-        nodes, cap, level = stack.pop()
-        deepest = max(deepest, level)
-        children = _children(table, nodes, cap)
-        if children:
-            expanded[level] = expanded.get(level, 0) + 1
-        stack.extend((child_nodes, child_cap, level + 1) for child_nodes, child_cap in children)
-    return deepest, max(expanded.values(), default=0)
+def _table_depth_and_width(table: TreeTable, budget: int, depth: int,
+                           memo: dict[tuple[int, int], tuple[int, tuple[int, ...]]] | None = None) -> tuple[int, int]:
+    """(depth, width) of the DP tree without numbering it: cheap, for costing many sizes.
+
+    ``memo`` (one per table) keeps each subtree's depth and expanded nodes per level, so that
+    costing every budget and depth cap of one table walks each (nodes, cap) subtree once.
+    """
+    deepest, expanded = _subtree_levels(table, budget, depth, {} if memo is None else memo)
+    return deepest, max(expanded, default=0)
+
+
+def _subtree_levels(table: TreeTable, nodes: int, cap: int,
+                    memo: dict[tuple[int, int], tuple[int, tuple[int, ...]]]) -> tuple[int, tuple[int, ...]]:
+    """(levels below the subtree's root, non-leaf nodes per level from its root) of the DP subtree."""
+    if (nodes, cap) in memo:
+        return memo[nodes, cap]
+    children = _children(table, nodes, cap)
+    deepest, expanded = 0, [1] if children else []
+    for child_nodes, child_cap in children:
+        child_deepest, child_expanded = _subtree_levels(table, child_nodes, child_cap, memo)
+        deepest = max(deepest, child_deepest + 1)
+        for level, count in enumerate(child_expanded, start=1):
+            if level < len(expanded):
+                expanded[level] += count
+            else:
+                expanded.append(count)
+    memo[nodes, cap] = (deepest, tuple(expanded))
+    return memo[nodes, cap]
 
 
 @dataclass(frozen=True)
@@ -240,6 +255,7 @@ def choose_tree(
     if not accept or max_budget < 2 or max_depth < 1:
         return None
     table = solve_tree_table(accept, max_budget, max_depth)
+    memo: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
     best: tuple[float, int, int, float] | None = None
     for budget in range(2, max_budget + 1):
         verify = verify_ms(budget)
@@ -253,7 +269,7 @@ def choose_tree(
             previous = value
             if best is not None and verify / value >= best[0]:
                 continue  # drafting costs >= 0 ms: this tree cannot be cheaper (its shape is not walked)
-            tree_depth, width = _table_depth_and_width(table, budget, depth)
+            tree_depth, width = _table_depth_and_width(table, budget, depth, memo)
             draft = tree_depth * draft_ms(max(width, 1))
             cost = (draft + verify) / value
             if best is None or cost < best[0]:

@@ -37,11 +37,12 @@ from specplan.planner.options import RUNTIME_MAX_STAGES, runtime_options
 from specplan.planner.solve import plan_for_candidate
 
 if TYPE_CHECKING:
+    from specplan.planner.predict import Prediction
     from specplan.planner.schedule import ScheduleResult
     from specplan.runtime.runner import PlanRunner, RunResult
 
-__all__ = ["Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "solve", "solve_detailed",
-           "solve_plan_file"]
+__all__ = ["Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
+           "solve_detailed", "solve_plan_file"]
 
 
 @dataclass(frozen=True)
@@ -195,3 +196,38 @@ class Runner:
 
     def __exit__(self, *exc) -> None:
         return None
+
+
+def predict(path: str | Path) -> "Prediction":
+    """The roofline's and planner's prediction for one published-setting file (``specplan predict``).
+
+    The file's SKU, shapes and precisions are looked up here (``planner/data/skus.yaml``,
+    ``models/data/arch.yaml``); the model is :mod:`specplan.planner.predict` (docs/planner-math.md,
+    section 13). Raises :class:`~specplan.core.errors.SettingError` with one line on a bad file.
+    """
+    from specplan.core.errors import ModelError, SettingError
+    from specplan.core.published import load_setting
+    from specplan.models.arch import shape_of_arch
+    from specplan.planner.predict import PRECISION_KEYS, RoleModel, predict_setting
+    from specplan.planner.roofline import PRECISIONS
+    from specplan.planner.sku import load_skus
+
+    setting = load_setting(path)
+    skus = load_skus()
+    if setting.sku not in skus:
+        raise SettingError(f"{path}: sku {setting.sku!r} is not in the SKU table; use one of {', '.join(sorted(skus))}")
+
+    def role(ref, where: str) -> RoleModel:
+        if ref.kind == "ngram":
+            return RoleModel(None, None)
+        try:
+            shape = shape_of_arch(ref.arch)
+        except ModelError as exc:
+            raise SettingError(f"{path}: {where}.arch: {exc}") from None
+        return RoleModel(shape, PRECISIONS[PRECISION_KEYS[ref.precision]], ref.kind == "head")
+
+    try:
+        return predict_setting(setting, role(setting.target, "target"), role(setting.drafter, "drafter"),
+                               skus[setting.sku])
+    except ValueError as exc:
+        raise SettingError(f"{path}: {exc}") from None

@@ -10,6 +10,10 @@ Only the solver's wall time (``solver.seconds``) may differ; everything else byt
 The ``h100`` plans and their roofline profiles were rewritten once, when SKU plans gained the
 batch-size schedule: the rewrite only added the schedule and the batched curves
 (and so changed the roofline profile's sha256); every line of the batch-1 plan stayed as it was.
+They were rewritten a second time when the CUDA SKUs' overheads (30 us per layer, 40 us per
+sequence) and dequantisation tile (64 rows) were held against published GPU results
+(`specplan predict`, docs/planner-math.md section 13): a forward that costs more relative to its
+bandwidth floor pays for wider trees, so the H100 plans for SmolLM2 grew from 9-15 to 24-64 nodes.
 """
 
 from __future__ import annotations

@@ -108,9 +108,11 @@ def _weight_bytes(shape) -> float:
 def test_roofline_dequantises_once_per_tile_of_batch_rows():
     from specplan.planner.sku import BUILTIN_SHAPES
 
-    shape, gptq = BUILTIN_SHAPES["default"], PRECISIONS["gptq-w4g128"]
-    assert forward_cost(shape, gptq, 4, 256, SMOL, batch=4).dequant_ops == forward_cost(shape, gptq, 16, 256, SMOL).dequant_ops
-    assert forward_cost(shape, gptq, 4, 256, SMOL, batch=5).dequant_ops == 2 * forward_cost(shape, gptq, 1, 256, SMOL).dequant_ops
+    shape, gptq, tile = BUILTIN_SHAPES["default"], PRECISIONS["gptq-w4g128"], SMOL.dequant_tile
+    assert forward_cost(shape, gptq, 4, 256, SMOL, batch=tile // 4).dequant_ops == \
+        forward_cost(shape, gptq, tile, 256, SMOL).dequant_ops
+    assert forward_cost(shape, gptq, 4, 256, SMOL, batch=tile // 4 + 1).dequant_ops == \
+        2 * forward_cost(shape, gptq, 1, 256, SMOL).dequant_ops
 
 
 def test_roofline_profile_models_every_batch_asked():

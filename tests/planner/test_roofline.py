@@ -55,10 +55,12 @@ def test_roofline_is_monotone_in_n(skus, name, precision):
 def test_four_bit_is_steeper_than_bf16_at_large_n(skus, name, shape):
     """Dequantisation grows with n (SpecMQuant, arXiv 2505.22179): T_4bit(n) - T_4bit(1) > the bf16 rise."""
     device = skus[name]
-    bf16 = [roofline_ms(shape, PRECISIONS["bfloat16"], n, 256, device) for n in (1, 1024)]
-    nf4 = [roofline_ms(shape, PRECISIONS["nf4"], n, 256, device) for n in (1, 1024)]
-    assert nf4[1] - nf4[0] > bf16[1] - bf16[0]
-    assert nf4[1] / nf4[0] > bf16[1] / bf16[0]
+    bf16 = [forward_cost(shape, PRECISIONS["bfloat16"], n, 256, device) for n in (1, 1024)]
+    nf4 = [forward_cost(shape, PRECISIONS["nf4"], n, 256, device) for n in (1, 1024)]
+    assert nf4[1].compute_ms - nf4[0].compute_ms > bf16[1].compute_ms - bf16[0].compute_ms
+    assert nf4[1].ms / nf4[0].ms > bf16[1].ms / bf16[0].ms
+    if shape is LLAMA_8B:  # a 135M model at n = 1024 is bound by its activations' bytes in either precision
+        assert nf4[1].ms - nf4[0].ms > bf16[1].ms - bf16[0].ms
 
 
 def test_four_bit_is_faster_at_n_1_where_memory_bound(skus):
@@ -71,7 +73,7 @@ def test_four_bit_is_faster_at_n_1_where_memory_bound(skus):
 
 
 def test_floor_is_bytes_over_bandwidth_at_one_token(skus):
-    device = replace(skus["h100-sxm"], overhead_per_forward_us=0.0, overhead_per_layer_us=0.0)
+    device = replace(skus["h100-sxm"], overhead_per_forward_us=0.0, overhead_per_layer_us=0.0, overhead_per_sequence_us=0.0)
     cost = forward_cost(LLAMA_8B, PRECISIONS["bfloat16"], 1, 0, device)
     weights = 2 * matmul_weights(LLAMA_8B)
     assert cost.bytes == pytest.approx(weights, rel=0.01)

@@ -90,7 +90,7 @@ def test_fit_efficiency_uses_the_profiles_own_device(profile_path, tmp_path):
 
 def test_unknown_sku_exits_2_with_one_line_listing_the_known(profile_path, capsys):
     code = main(["plan", str(profile_path), "--sku", "b200"])
-    one_line_error(code, capsys.readouterr().err, "known: a100-80gb, h100-sxm, h200, l40s, l4, rtx-4090, cpu")
+    one_line_error(code, capsys.readouterr().err, "known: a100-80gb, a100-80gb-pcie, h100-sxm, h200, l40s, l40, l4, rtx-4090, rtx-3090, cpu")
 
 
 def test_profile_without_shapes_is_a_one_line_error(tmp_path, capsys):

@@ -123,3 +123,21 @@ def test_graft_uses_strong_retrieval():
     assert graft.retrieved == 1 and graft.tree.value == pytest.approx(1.9)
     none = graft_tree((0.6, 0.3), (0.0,), budget=3, depth=2)
     assert none.retrieved == 0
+
+
+def test_memoised_depth_and_width_match_the_rebuilt_tree():
+    """choose_tree's cheap (depth, width) of every DP tree equals the rebuilt tree's."""
+    import random
+
+    from specplan.planner.tree_dp import _table_depth_and_width, solve_tree_table, tree_from_table
+
+    rng = random.Random(1)
+    for _ in range(20):
+        accept = sorted((rng.random() for _ in range(rng.randint(1, 6))), reverse=True)
+        accept = [value * 0.95 / max(1.0, sum(accept)) for value in accept]
+        table, memo = solve_tree_table(accept, 30, 6), {}
+        for budget in range(2, 31):
+            for depth in range(1, 7):
+                tree = tree_from_table(table, budget, depth)
+                if tree is not None:
+                    assert _table_depth_and_width(table, budget, depth, memo) == (tree.depth, tree.width)
