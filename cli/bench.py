@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from specplan.cli.options import add_runtime_option, chosen_runtime
+from specplan.cli.options import NEW_TOKENS, PROMPTS, THREADS, add_runtime_option, chosen_runtime, number
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_folder
@@ -20,8 +20,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--prompts", help="JSONL prompts (default: the workload's evaluation split)")
     parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS,
                         help="evaluation prompts: Spec-Bench (default) or HumanEval's evaluation split")
-    parser.add_argument("--limit", type=int, default=26, help="prompts to use, spread over categories")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt, the same for every method")
+    parser.add_argument("--limit", type=PROMPTS, default=26, help="prompts to use, spread over categories")
+    parser.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128, help="new tokens per prompt, the same for every method")
     parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
                         help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, llama.cpp, llama.cpp-lookup, grid "
                              "(plain is always run; llama.cpp needs the llamacpp extra); with a plan on the llama.cpp "
@@ -30,10 +30,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--assistant", default=None, metavar="ID",
                         help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
     parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
-    parser.add_argument("--grid-limit", type=int, default=4, help="prompts the grid runs on (the first, spread over categories)")
+    parser.add_argument("--grid-limit", type=PROMPTS, default=4, help="prompts the grid runs on (the first, spread over categories)")
     parser.add_argument("--grid-budgets", default="4,8,16,32",
                         help="tree budgets of the grid: each drafter alone as the planner's best tree within each budget")
-    parser.add_argument("--grid-min-speedup", type=float, default=0.5,
+    parser.add_argument("--grid-min-speedup", type=number(0.0, 100.0), default=0.5,
                         help="skip grid points the planner predicts slower than this fraction of plain decoding")
     parser.add_argument("--report", default=None, help="folder for report.md, report.json and the plots")
     parser.add_argument("--no-plots", action="store_true", help="write the report without PNG plots (no matplotlib)")
@@ -50,7 +50,7 @@ def add_parser(commands) -> None:
                              "generate) against its plain decoding on the same prompts, measured beside the export's "
                              "prediction")
     parser.add_argument("--json", action="store_true", help="with --engine: one JSON object instead of the table")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=THREADS, default=None,
                         help="with --engine: CPU threads (llama.cpp's, default every core, 1 on a shared machine; "
                              "torch's for transformers, default torch's own)")
     add_runtime_option(parser, from_plan=True)
@@ -129,8 +129,6 @@ def _command_line(args) -> str:
 
 def command(args) -> int:
 
-    if args.limit < 1 or args.max_new_tokens < 1 or args.grid_limit < 1:
-        raise SpecplanError("--limit, --max-new-tokens and --grid-limit must be at least 1")
     if args.at_profile_context and args.batch is None:
         raise SpecplanError("--at-profile-context goes with --batch B,B,...; add --batch or drop it")
     if args.engine is not None:

@@ -116,8 +116,6 @@ def _transformers(args):
 
 def bench_engine(args) -> int:
     """Run the exported setting and the engine's plain decoding; print predicted beside measured."""
-    if args.threads is not None and args.threads < 1:
-        raise SpecplanError("--threads must be at least 1")
     if args.engine not in ENGINES:
         raise SpecplanError(f"--engine {args.engine!r}: specplan benches {' and '.join(ENGINES)} (the engines "
                             "installed here); pass --engine llama.cpp or --engine transformers")

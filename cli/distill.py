@@ -16,6 +16,7 @@ from pathlib import Path
 from specplan.core.errors import SpecplanError
 from specplan.core.files import read_json_object
 from specplan.core.outputs import check_output_folder
+from specplan.cli.options import PROMPTS, SEED, THREADS, integer, number
 
 
 def add_parser(commands) -> None:
@@ -25,48 +26,29 @@ def add_parser(commands) -> None:
     parser.add_argument("-o", "--output", default=None, help="checkpoint directory (default: the specplan cache)")
     parser.add_argument("--kind", default="model", choices=["model", "head"],
                         help="model: a few-layer copy of the target; head: one layer over the target's hidden states (EAGLE)")
-    parser.add_argument("--vocab", type=int, default=8192,
+    parser.add_argument("--vocab", type=integer(0, 10_000_000), default=8192,
                         help="head only: tokens kept in the drafter's vocabulary, most frequent first (0 = all)")
     parser.add_argument("--layout", default="eagle1", choices=["eagle1", "eagle3"],
                         help="head only: eagle1 (fuse + decoder layer) or eagle3 (EAGLE-3's layer, which "
                              "`specplan export --engine vllm|sglang` writes as the engines' checkpoint)")
-    parser.add_argument("--budget-minutes", type=float, default=20.0, help="stop training after this much wall time")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default 300)")
-    parser.add_argument("--learning-rate", type=float, default=None, help="AdamW peak learning rate (default 1e-3)")
+    parser.add_argument("--budget-minutes", type=number(0.0, 10080.0, above_low=True), default=20.0, help="stop training after this much wall time")
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--steps", type=integer(1, 10_000_000), default=None, help="optimizer steps (default 300)")
+    parser.add_argument("--learning-rate", type=number(0.0, 10.0, above_low=True), default=None, help="AdamW peak learning rate (default 1e-3)")
     parser.add_argument("--layers", default="4", help="drafter layers: a count K (the target's first K) or a list such as 0,1,28,29")
-    parser.add_argument("--train-limit", type=int, default=None, help="calibration prompts to train on (default 80: all but the 40 that profile measures on)")
-    parser.add_argument("--sampled", type=int, default=None, help="sampled continuations per prompt besides the greedy one")
-    parser.add_argument("--self-prompts", type=int, default=None,
+    parser.add_argument("--train-limit", type=PROMPTS, default=None, help="calibration prompts to train on (default 80: all but the 40 that profile measures on)")
+    parser.add_argument("--sampled", type=integer(0, 64), default=None, help="sampled continuations per prompt besides the greedy one")
+    parser.add_argument("--self-prompts", type=integer(0, 1_000_000), default=None,
                         help="extra prompts the target writes itself and answers (more varied training text; default 0)")
-    parser.add_argument("--answer-tokens", type=int, default=None,
+    parser.add_argument("--answer-tokens", type=integer(1, 32768), default=None,
                         help="longest target answer per training prompt, in tokens (default 128)")
-    parser.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default 0)")
-    parser.add_argument("--eval-limit", type=int, default=None, help="evaluation prompts to score on (default 12; 0 skips)")
+    parser.add_argument("--weight-decay", type=number(0.0, 10.0), default=None, help="AdamW weight decay (default 0)")
+    parser.add_argument("--eval-limit", type=integer(0, 1_000_000), default=None, help="evaluation prompts to score on (default 12; 0 skips)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=THREADS, default=None,
                         help="torch CPU threads (on a shared machine 1 avoids thrashing; default: torch's choice)")
     parser.add_argument("--restart", action="store_true", help="discard the checkpoint in DIR and train from the start")
     parser.set_defaults(handler="distill")
-
-
-def _checked(args) -> None:
-    if args.vocab < 0:
-        raise SpecplanError("--vocab must be 0 (the whole vocabulary) or a positive token count")
-    if args.budget_minutes <= 0:
-        raise SpecplanError("--budget-minutes must be positive")
-    if args.learning_rate is not None and not args.learning_rate > 0:
-        raise SpecplanError("--learning-rate must be positive")
-    if args.weight_decay is not None and args.weight_decay < 0:
-        raise SpecplanError("--weight-decay must be 0 or more")
-    for name in ("steps", "train_limit", "answer_tokens"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise SpecplanError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        raise SpecplanError("--threads must be at least 1")
-    for name in ("sampled", "eval_limit", "self_prompts"):
-        if getattr(args, name) is not None and getattr(args, name) < 0:
-            raise SpecplanError(f"--{name.replace('_', '-')} must be 0 or more")
 
 
 def distill_config(args, num_target_layers: int):
@@ -114,7 +96,6 @@ def _print_report(report) -> None:
 
 def command(args) -> int:
     """Distill, evaluate and print where the drafter is; 0 on success."""
-    _checked(args)
     if args.output:
         check_output_folder(args.output, flag="-o")
     from specplan.distill.pipeline import check_output, run_distill

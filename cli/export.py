@@ -14,14 +14,16 @@ from specplan.planner.export import describe, engine_support
 from specplan.planner.export_models import ModelNames
 from specplan.planner.export_pasted import pasted_export
 from specplan.planner.options import runtime_options
+from specplan.cli.options import integer
+from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
 
 
 def add_parser(commands) -> None:
     parser = commands.add_parser("export", help="print a serving engine's config for a plan, re-solved for the engine")
     parser.add_argument("plan", help="plan.yaml written by `specplan plan` (with or without --sku)")
     parser.add_argument("--engine", required=True, help="vllm | sglang | transformers | llama.cpp")
-    parser.add_argument("--max-budget", type=int, default=64, help="largest tree budget (nodes) to consider")
-    parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
+    parser.add_argument("--max-budget", type=integer(1, MAX_TREE_BUDGET), default=64, help="largest tree budget (nodes) to consider")
+    parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=8, help="largest draft depth / gamma to consider")
     parser.add_argument("--json", action="store_true", help="one JSON object with the config, both plans and the loss")
     parser.add_argument("-o", "--output", default=None,
                         help="folder for the drafter files the engine loads (llama.cpp: the draft model as GGUF); "

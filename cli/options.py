@@ -1,9 +1,12 @@
-"""Options several verbs share: the runtime, the dtype, warnings as one line."""
+"""Options several verbs share: the runtime, the dtype, bounded numbers, warnings as one line."""
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
+from collections.abc import Callable
 
 from specplan.core.runtime_modes import ENVIRONMENT_VARIABLE, RuntimeMode, runtime_from_environment
 
@@ -35,6 +38,54 @@ def runtime_of(args) -> RuntimeMode:
 def resolve_dtype(dtype: str) -> str:
     return "bfloat16" if dtype == "auto" else dtype
 
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer in ``[low, high]``: anything else is a usage error (exit
+    2, one line) before the value reaches torch, numpy or llama.cpp.
+
+    >>> integer(1, 8)("3"), integer(1, 8).high
+    (3, 8)
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer; use {low} to {high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range; use {low} to {high}")
+        return value
+
+    parse.low, parse.high, parse.above_low = low, high, False  # type: ignore[attr-defined]
+    return parse
+
+
+def number(low: float, high: float, above_low: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, high]`` if ``above_low``).
+
+    >>> number(0.0, 1.0, above_low=True)("0.5")
+    0.5
+    """
+    bound = f"{'above' if above_low else 'from'} {low:g} {'and up' if above_low else ''} to {high:g}".replace("  ", " ")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; use one {bound}") from None
+        if not math.isfinite(value) or value < low or value > high or (above_low and value == low):
+            raise argparse.ArgumentTypeError(f"{text.strip()} is out of range; use a number {bound}")
+        return value
+
+    parse.low, parse.high, parse.above_low = low, high, above_low  # type: ignore[attr-defined]
+    return parse
+
+
+# Ranges shared by several verbs (docs/guide.md, "Files specplan writes, and the bounds on what it reads").
+THREADS = integer(1, 1024)
+SEED = integer(0, 2**32 - 1)  # numpy's and Python's seeds take 32 bits
+NEW_TOKENS = integer(1, 131072)
+PROMPTS = integer(1, 1_000_000)
+TEMPERATURE = number(0.0, 100.0)
 
 
 

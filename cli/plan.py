@@ -13,23 +13,26 @@ from specplan.core.profile import Profile, load_profile
 from specplan.planner import explain as explain_result
 from specplan.planner.explain_schedule import schedule_table
 from specplan.planner.options import runtime_options
+from specplan.cli.options import TEMPERATURE, integer, number
+from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
+from specplan.planner.options import RUNTIME_MAX_STAGES
 
 
 def add_parser(commands) -> None:
     parser = commands.add_parser("plan", help="solve for the fastest configuration from a profile")
     parser.add_argument("profile", help="profile.yaml written by `specplan profile`")
     parser.add_argument("-o", "--output", default=None, help="plan path (default: plan.yaml beside the profile)")
-    parser.add_argument("--max-budget", type=int, default=64, help="largest tree budget (nodes) to consider")
-    parser.add_argument("--max-depth", type=int, default=8, help="largest draft depth / gamma to consider")
-    parser.add_argument("--temperature", type=float, default=0.0, help="decoding temperature the plan is for")
+    parser.add_argument("--max-budget", type=integer(1, MAX_TREE_BUDGET), default=64, help="largest tree budget (nodes) to consider")
+    parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=8, help="largest draft depth / gamma to consider")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="decoding temperature the plan is for")
     parser.add_argument("--explain", action="store_true", help="print every candidate's cost terms")
-    parser.add_argument("--stages", type=int, default=None, metavar="S",
+    parser.add_argument("--stages", type=integer(0, RUNTIME_MAX_STAGES), default=None, metavar="S",
                         help="take the best configuration with exactly S stages (e.g. 2: drafter -> middle model -> "
                              "target) instead of the overall best; its own prediction is written")
     parser.add_argument("--sku", default=None, metavar="NAME",
                         help="plan for a SKU of planner/data/skus.yaml (h100-sxm, ...) or `all`: measured acceptance, "
                              "roofline latency; writes a plan marked as modelled (every shape and hierarchy searched)")
-    parser.add_argument("--efficiency", type=float, default=None, metavar="E",
+    parser.add_argument("--efficiency", type=number(0.0, 1.0, above_low=True), default=None, metavar="E",
                         help="with --sku: fraction of peak bandwidth and compute the roofline assumes (default 1)")
     parser.add_argument("--fit-efficiency", action="store_true",
                         help="with --sku: fit the roofline's efficiency to PROFILE's measured curves (its own SKU)")

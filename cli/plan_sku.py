@@ -36,8 +36,6 @@ def _calibration(args, profile: Profile, skus: dict, sku: str):
     """The roofline calibration the flags ask for: --efficiency E, --fit-efficiency, or none."""
 
     if getattr(args, "efficiency", None) is not None:
-        if not 0 < args.efficiency <= 1:
-            raise SpecplanError(f"--efficiency must be a fraction of peak in (0, 1], got {args.efficiency}")
         return Calibration(args.efficiency, args.efficiency, source="given")
     if not getattr(args, "fit_efficiency", False):
         return None

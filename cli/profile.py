@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
-from specplan.cli.options import add_runtime_option, resolve_dtype, runtime_of
+from specplan.cli.options import PROMPTS, THREADS, add_runtime_option, integer, resolve_dtype, runtime_of
 from specplan.cli.plan import solve_and_write
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import SpecplanError
@@ -32,7 +32,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--prompts", help="JSONL calibration prompts (default: the workload's calibration split)")
     parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS,
                         help="calibration prompts: Spec-Bench (default) or HumanEval's calibration split")
-    parser.add_argument("--limit", type=int, default=None, help="calibration prompts to use (default 40, --quick 13)")
+    parser.add_argument("--limit", type=PROMPTS, default=None, help="calibration prompts to use (default 40, --quick 13)")
     parser.add_argument("--quick", action="store_true", help="trimmed calibration: a few minutes on 2 CPU cores")
     parser.add_argument("--no-plan", action="store_true", help="do not solve and write plan.yaml afterwards")
     parser.add_argument("-o", "--output", default="profile.yaml", help="profile path (default: profile.yaml)")
@@ -54,7 +54,7 @@ def add_parser(commands) -> None:
                         help="the runtime whose costs are measured and whose plans `run` executes: llama.cpp (the GGUF "
                              "files as they are, through llama-cpp-python; docs/backends.md) or torch; auto (default): "
                              "llama.cpp for a GGUF target on the CPU with GGUF or retrieval drafters, else torch")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=THREADS, default=None,
                         help="with --engine or --backend llama.cpp: llama.cpp's CPU threads (default: every core, as llama-server; on a "
                              "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
     parser.add_argument("--numerics", default=None, choices=["exact", "fast"],
@@ -62,7 +62,7 @@ def add_parser(commands) -> None:
                              "decodes bit for bit, so plans are token-identical to plain greedy decoding, at the cost "
                              "of one-token decodes on one thread; fast: llama.cpp's own kernels on every thread, where "
                              "an output may part from plain decoding only at a near-tie (docs/backends.md)")
-    parser.add_argument("--context", type=int, default=None, metavar="TOKENS",
+    parser.add_argument("--context", type=integer(MIN_CONTEXT, MAX_CONTEXT), default=None, metavar="TOKENS",
                         help="cached tokens under each latency measurement (default 256): set it near your "
                              "prompts' length plus half the output, since a batch's attention over its cache is "
                              "a large share of a small model's forward")
@@ -143,8 +143,6 @@ def _llama_cpp_installed() -> bool:
 
 def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
     """Options the llama.cpp backend cannot honour, refused in one line before anything loads."""
-    if args.threads is not None and args.threads < 1:
-        raise SpecplanError(f"--threads {args.threads}: pass at least 1 (default: every core)")
     if args.backend != "llama.cpp":
         if args.threads is not None:
             raise SpecplanError("--threads sets llama.cpp's threads; pass it with --backend llama.cpp or --engine llama.cpp")
@@ -184,10 +182,6 @@ def command(args) -> int:
     from specplan.quant.methods import normalize_quants
 
     quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (docs/guide.md, "4-bit targets")
-    if args.limit is not None and args.limit < 1:
-        raise SpecplanError("--limit must be at least 1")
-    if args.context is not None and not MIN_CONTEXT <= args.context <= MAX_CONTEXT:
-        raise SpecplanError(f"--context {args.context} is out of range; use {MIN_CONTEXT} to {MAX_CONTEXT} cached tokens")
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
     prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else (
         profile_prompts(limit) if args.workload == "spec-bench" else stratified(workload_split(args.workload, "calibration"), limit))

@@ -90,7 +90,7 @@ def engine_profile(profile: Profile, output: Path, repeats: int, threads: int) -
               if entry not in retrieval]
     kept = {model.id for model in models} | {entry.id for entry in retrieval}
     device = replace(profile.device, name=f"{profile.device.name}, llama.cpp (llama-cpp-python {version}, "
-                                          f"{threads} threads)", source="llama.cpp")
+                                          f"{threads} threads)", source="engine:llama.cpp")
     return replace(profile, device=device, models=tuple(models), retrieval=retrieval,
                    acceptance=tuple(entry for entry in profile.acceptance
                                     if entry.drafter in kept and entry.verifier in kept)), lines
@@ -111,8 +111,6 @@ def engine_profile_command(args) -> int:
     plan_path = check_outputs(args)
     output = Path(args.output)
     threads = args.threads or os.cpu_count() or 1
-    if threads < 1:
-        raise SpecplanError("--threads must be at least 1")
     profile, lines = engine_profile(load_profile(args.acceptance_from), output, 2 if args.quick else 5, threads)
     save_profile(profile, output)
     for line in lines:

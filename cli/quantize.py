@@ -7,8 +7,7 @@ GPTQ through ``optimum`` + ``gptqmodel``, NF4 through ``bitsandbytes``).
 
 from __future__ import annotations
 
-from specplan.cli.options import resolve_dtype
-from specplan.core.errors import SpecplanError
+from specplan.cli.options import PROMPTS, resolve_dtype
 from specplan.core.outputs import check_output_folder
 from specplan.quant.methods import METHODS
 
@@ -21,15 +20,13 @@ def add_parser(commands) -> None:
     parser.add_argument("-o", "--output", default=None, help="directory to write (default: the specplan cache)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                         help="NF4 compute dtype (auto = bfloat16); GPTQ kernels compute in bfloat16")
-    parser.add_argument("--calibration-limit", type=int, default=None,
+    parser.add_argument("--calibration-limit", type=PROMPTS, default=None,
                         help="GPTQ: Spec-Bench calibration prompts to use (default 40 of 120, all categories)")
     parser.set_defaults(handler="quantize")
 
 
 def command(args) -> int:
     """Quantize (or find in the cache) and print where the checkpoint is."""
-    if args.calibration_limit is not None and args.calibration_limit < 1:
-        raise SpecplanError("--calibration-limit must be at least 1")
     if args.output:
         check_output_folder(args.output, flag="-o")
     from specplan.quant.checkpoint import quantize

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 
 from specplan.api import Runner
-from specplan.cli.options import add_runtime_option, chosen_runtime
+from specplan.cli.options import NEW_TOKENS, SEED, TEMPERATURE, add_runtime_option, chosen_runtime, integer, number
 from specplan.core.errors import SpecplanError
 from specplan.core.prompts import Prompt, read_prompts
 
@@ -19,17 +18,17 @@ def add_parser(commands) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--prompt", help="prompt text (default: a built-in demo prompt)")
     source.add_argument("--prompts", help="JSONL with `prompt` or `turns` per line")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=None, help="default: the plan's temperature")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128)
+    parser.add_argument("--temperature", type=TEMPERATURE, default=None, help="default: the plan's temperature")
+    parser.add_argument("--top-p", type=number(0.0, 1.0, above_low=True), default=1.0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--json", action="store_true", help="one JSON object per prompt on stdout")
     parser.add_argument("--stream", action="store_true", help="print text as it is committed")
     parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=integer(0, 1024), default=0,
                         help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
-    parser.add_argument("--batch", type=int, default=None, metavar="B",
+    parser.add_argument("--batch", type=integer(1, 4096), default=None, metavar="B",
                         help="decode the prompts B at a time together (greedy; the plan's schedule row for B)")
     add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="run")
@@ -47,12 +46,6 @@ def _run_prompts(args) -> list[Prompt]:
 
 
 def command(args) -> int:
-    if args.max_new_tokens < 1:
-        raise SpecplanError("--max-new-tokens must be at least 1")
-    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise SpecplanError(f"--temperature {args.temperature} must be a finite number >= 0")
-    if not 0.0 < args.top_p <= 1.0:
-        raise SpecplanError("--top-p must be in (0, 1]")
     prompts = _run_prompts(args)
     if args.batch is not None:
         from specplan.cli.run_batched import run_batched

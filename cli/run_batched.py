@@ -14,8 +14,6 @@ from specplan.core.prompts import Prompt
 
 def check_batch_arguments(args) -> None:
     """One-line errors for what a batched run cannot do (before any model loads)."""
-    if args.batch < 1:
-        raise SpecplanError(f"--batch {args.batch} must be at least 1")
     if args.stream:
         raise SpecplanError("--stream prints one sequence as it decodes; drop it with --batch")
     if args.temperature is not None and args.temperature > 0:

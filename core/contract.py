@@ -14,6 +14,11 @@ def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info
                    target_fingerprint: str | None, force: bool) -> None:
     """Refuse (ProfileError) a plan whose profile, device or target weights changed, unless ``force``.
     ``target_fingerprint`` None checks all but the weights (before they load: :func:`check_weights`)."""
+    if profile.engine:
+        raise ProfileError(
+            f"{profile_path} holds {profile.engine}'s own costs (`specplan profile --engine`): its plans are for "
+            f"`specplan export --engine {profile.engine}` and `specplan bench --engine {profile.engine}`; to run a plan "
+            "here, profile with `specplan profile --backend llama.cpp` (or torch)")
     if force:
         return
     if plan.profile_sha256 and file_sha256(profile_path) != plan.profile_sha256:

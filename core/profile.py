@@ -28,7 +28,9 @@ class DeviceInfo:
     kind: str  # cpu | cuda
     name: str  # human readable, e.g. "AMD EPYC (2 threads)"
     sku: str  # cpu | h100-sxm | ...
-    source: str = "measured"  # measured | roofline | llama.cpp
+    # measured | roofline | llama.cpp (the llama.cpp backend measured the curves: plans run on it) |
+    # engine:llama.cpp (`profile --engine`: llama-server's costs, for `export` and `bench --engine` only)
+    source: str = "measured"
     # llama.cpp only (docs/backends.md, "What lossless means here"): ``exact``, verify logits
     # bit-identical to one-token decodes, or ``fast``, llama.cpp's own kernels; empty elsewhere
     numerics: str = ""
@@ -136,6 +138,12 @@ class Profile:
         """The runtime backend whose costs the profile measured, which its plans run on: ``llama.cpp``
         when llama.cpp measured the latency curves (``device.source``), else ``torch``."""
         return "llama.cpp" if self.device.source == "llama.cpp" else "torch"
+
+    @property
+    def engine(self) -> str:
+        """The serving engine whose costs the profile holds (``profile --engine``), else ""; its plans
+        are exported to that engine, not run by specplan."""
+        return self.device.source.partition("engine:")[2]
 
     @property
     def exact(self) -> bool:

@@ -168,7 +168,7 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     stage = _last_stage(restricted)
     source = _source(profile, stage.drafter) if stage else ""
     notes = engine_notes(engine.name, stage, source, names)
-    if profile.device.source == engine.name:  # latency measured by the engine itself (profile --engine)
+    if engine.name in (profile.engine, profile.device.source):  # T(n) of the engine's kernels (profile --engine, --backend)
         notes = (ENGINE_MEASURED.format(engine=engine.name),) + notes[1:]
     config = render(engine.name, stage, source, names)
     return ExportResult(engine.name, config, stage, restricted, unrestricted, excluded, notes, unwritable, limits)

@@ -27,10 +27,10 @@ def edit(path: Path, change) -> None:
 
 
 @pytest.mark.parametrize("flags, fragment", [
-    (["--max-budget", "1000000000"], "--max-budget 1000000000 is out of range"),
-    (["--max-depth", "1000000000"], "--max-depth 1000000000 is out of range"),
+    (["--max-budget", "1000000000"], "--max-budget: 1000000000 is out of range"),
+    (["--max-depth", "1000000000"], "--max-depth: 1000000000 is out of range"),
     (["--max-budget", "1000000000", "--sku", "h100-sxm"], "out of range"),
-    (["--temperature", "nan"], "finite"),
+    (["--temperature", "nan"], "--temperature: nan is out of range"),
 ])
 def test_plan_search_is_bounded(stored, capsys, flags, fragment):
     start = time.perf_counter()
@@ -174,7 +174,7 @@ def test_run_temperature_nan_before_loading(stored, capsys, monkeypatch):
 
     monkeypatch.setattr(api.Runner, "open", classmethod(lambda cls, *a, **k: pytest.fail("model loaded")))
     code, err = run_cli(["run", "plan.yaml", "--temperature", "nan"], capsys)
-    assert_one_line_error(code, err, "finite")
+    assert_one_line_error(code, err, "--temperature: nan is out of range")
 
 
 def test_context_check():
@@ -229,3 +229,43 @@ def test_stored_plans_pass_the_recheck():
     for path in sorted((ROOT / "profiles").glob("*/plan*.yaml")):
         plan, profile, _ = load_plan_and_profile(str(path))
         check_prediction(plan, profile)
+
+
+def numeric_options():
+    """(verb, option, its argparse action) for every option of every verb whose value is a number."""
+    import argparse
+
+    from specplan.cli.main import build_parser
+
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for verb, parser in verbs.choices.items():
+        for action in parser._actions:
+            if action.type in (int, float) or hasattr(action.type, "low"):
+                yield verb, action.option_strings[-1], action
+
+
+NUMERIC = sorted(((verb, option) for verb, option, _ in numeric_options()))
+
+
+def test_every_numeric_option_is_bounded():
+    """A bare int or float option would let 10**30, -1 or nan through to torch, numpy or llama.cpp."""
+    bare = [f"{verb} {option}" for verb, option, action in numeric_options() if action.type in (int, float)]
+    assert not bare and len(NUMERIC) >= 30
+
+
+@pytest.mark.parametrize("verb, option", NUMERIC)
+def test_numeric_options_refuse_their_extremes_in_one_line(verb, option, capsys):
+    """Every number option at its type's extremes and just past its bounds: exit 2 and one line
+    naming the option, before any file is read or model loaded; its bounds themselves pass."""
+    from specplan.cli.main import build_parser
+
+    action = next(action for v, o, action in numeric_options() if (v, o) == (verb, option))
+    low, high = action.type.low, action.type.high
+    for value in (str(low - 1), str(high + 1), "nan", "inf", "-inf", "1e400", "9" * 40, "-" + "9" * 40, "x", ""):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args([verb, option, value])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and option in err, (value, err)
+    assert action.type(str(high)) == high
+    if not action.type.above_low:  # (low, high]: low itself is refused above
+        assert action.type(str(low)) == low

@@ -11,7 +11,11 @@ from tests.core.test_formats import make_plan, make_profile
 
 
 def run_cli(argv, capsys):
-    code = main(argv)
+    """``specplan ARGV``'s exit code and stderr (a usage error exits from argparse, as in a shell)."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
     captured = capsys.readouterr()
     return code, captured.err
 
@@ -42,7 +46,7 @@ def test_unknown_drafter_spec(capsys):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["profile", "--context", "8"], "--context 8 is out of range"),
+    (["profile", "--context", "8"], "--context: 8 is out of range"),
     (["profile", "--context", "64", "--latency-only"], "--context applies to a full profile"),
 ])
 def test_bad_profile_context(argv, fragment, capsys, tmp_path):

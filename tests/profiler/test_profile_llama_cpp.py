@@ -37,7 +37,8 @@ def test_llama_cpp_latency_replaces_the_runtime_s(tiny_model_dir, tmp_path, caps
                  "--threads", "1"]) == 0
     printed = capsys.readouterr().out
     profile = load_profile(out)
-    assert profile.device.source == "llama.cpp" and "llama-cpp-python" in profile.device.name
+    assert profile.device.source == "engine:llama.cpp" and "llama-cpp-python" in profile.device.name
+    assert profile.engine == "llama.cpp" and profile.backend == "torch"  # llama-server's costs, not the backend's
     assert [model.id for model in profile.models] == ["target", "model-tiny"]
     assert [entry.id for entry in profile.retrieval] == ["ngram-3"]
     assert {entry.drafter for entry in profile.acceptance} == {"model-tiny", "ngram-3"}
@@ -51,6 +52,10 @@ def test_llama_cpp_latency_replaces_the_runtime_s(tiny_model_dir, tmp_path, caps
     assert main(["export", str(tmp_path / "engine" / "plan.yaml"), "--engine", "llama.cpp"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("llama-server -m ") and "llama.cpp's own T(n)" in captured.err
+    # its plans are llama-server's: `run` says so in one line instead of loading the target
+    assert main(["run", str(tmp_path / "engine" / "plan.yaml"), "--prompt", "hi", "--max-new-tokens", "2"]) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(error) == 1 and "specplan export --engine llama.cpp" in error[0]
 
 
 def test_a_target_without_gguf_and_a_missing_source_are_one_line_errors(tiny_model_dir, tmp_path, capsys):
