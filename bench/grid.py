@@ -138,9 +138,9 @@ def planner_costs(profile: Profile, temperature: float, gammas: tuple[int, ...] 
                   budgets: tuple[int, ...] = GRID_BUDGETS) -> PlannerCosts:
     """Solve once with ``specplan plan``'s options, once for sequences, once per tree budget."""
     runtime = _solve(profile, PlanOptions(max_budget=PLAN_MAX_BUDGET, gammas=PLAN_GAMMAS, shapes=RUNTIME_SHAPES,
-                                          max_stages=RUNTIME_MAX_STAGES, temperature=temperature))
+                                          max_stages=RUNTIME_MAX_STAGES, temperature=temperature, profiled_gammas=True))
     sequences = _solve(profile, PlanOptions(gammas=tuple(sorted(set(gammas) | set(PLAN_GAMMAS))), shapes=("sequence",),
-                                            max_stages=1, temperature=temperature))
+                                            max_stages=1, temperature=temperature, profiled_gammas=True))
     trees = {budget: _solve(profile, PlanOptions(max_budget=budget, shapes=("tree",), max_stages=1,
                                                  temperature=temperature))
              for budget in sorted(set(budgets))}

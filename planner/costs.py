@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from specplan.core.profile import AcceptanceEntry, Profile
 
 from .latency import LatencyTable, latency_table
-from .options import PlanOptions
+from .options import LONGEST_PROFILED_GAMMA, PlanOptions
 from .sequence import expected_accepted, expected_verify_ms
 from .tree_dp import TreeChoice, choose_graft_tree, choose_tree
 
@@ -123,6 +123,22 @@ def _graft(model: CostModel, profile: Profile, drafter: str, verifier: str, opti
     return best
 
 
+def pair_gammas(entry: AcceptanceEntry, options: PlanOptions) -> tuple[int, ...]:
+    """The chain lengths a pair is costed at: ``options.gammas``, and with ``profiled_gammas`` every
+    longer one its histogram measured (a lookup profiled at G = 16 may be planned at 16; never one
+    read from the constant-rate extrapolation alone).
+
+    >>> entry = AcceptanceEntry("ngram-8-3", "target", 0.0, 0.9, 16, tuple([1] * 17))
+    >>> pair_gammas(entry, PlanOptions(gammas=(1, 2), profiled_gammas=True))[-1]
+    16
+    """
+    measured = entry.gamma if entry.accepted_hist and sum(entry.accepted_hist) > 0 else 0
+    if not options.profiled_gammas:
+        return options.gammas
+    longer = range(max(options.gammas) + 1, min(measured, LONGEST_PROFILED_GAMMA) + 1)
+    return (*options.gammas, *longer)
+
+
 def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
     """Gather latency tables, E(gamma) and trees for every pair the search may use.
 
@@ -150,10 +166,11 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
             if entry is None:
                 continue
             if "sequence" in options.shapes:
-                model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in options.gammas}
+                gammas = pair_gammas(entry, options)
+                model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in gammas}
                 if entry.drafted_hist:
                     model.expected_verify[drafter, verifier] = {
-                        g: expected_verify_ms(entry, g, tables[verifier]) for g in options.gammas}
+                        g: expected_verify_ms(entry, g, tables[verifier]) for g in gammas}
             if "tree" in options.shapes and (options.tree_drafters is None or drafter in options.tree_drafters):
                 tree = _graft(model, profile, drafter, verifier, options, _tree(model, entry, options, messages))
                 if tree is not None and math.isfinite(tree.ms_per_token):

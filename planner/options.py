@@ -31,7 +31,9 @@ class PlanOptions:
     chain; ``temperature``: which acceptance entries to use; ``context``: which latency curve
     (nearest context; None = the target's first curve); ``simulation_rounds``: Monte-Carlo
     rounds used to check the chosen plan (0 = skip); ``seed``: its random seed;
-    ``tree_drafters``: the drafters that may grow tree stages (None: every drafter).
+    ``tree_drafters``: the drafters that may grow tree stages (None: every drafter);
+    ``profiled_gammas``: also try every gamma up to the chain length a pair was profiled at (up to
+    :data:`LONGEST_PROFILED_GAMMA`; a match-only lookup is profiled with longer chains than a model).
     """
 
     max_budget: int = 64
@@ -44,6 +46,7 @@ class PlanOptions:
     simulation_rounds: int = 0
     seed: int = 0
     tree_drafters: frozenset[str] | None = None
+    profiled_gammas: bool = False
 
     def __post_init__(self) -> None:
         check_search_limits(self.max_budget, self.max_depth, "max_budget", "max_depth")
@@ -60,13 +63,15 @@ class PlanOptions:
     @property
     def table_size(self) -> int:
         """Largest n for which T(n) is precomputed (tree budgets, gamma + 1, overshoot)."""
-        return max(self.max_budget, 2 * max(self.gammas) + 2)
+        longest = max(max(self.gammas), LONGEST_PROFILED_GAMMA if self.profiled_gammas else 0)
+        return max(self.max_budget, 2 * longest + 2)
 
 
 # What the runtime executes in this version (docs/architecture.md): the planner searches only
 # these when it plans for `specplan run` (bench's grid uses the same options).
 RUNTIME_SHAPES = ("sequence", "tree")
 RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/hierarchy.py)
+LONGEST_PROFILED_GAMMA = 16  # the longest chain a profile measures (a match-only lookup's; profiler/run.py)
 
 
 def runtime_options(max_budget: int = 64, max_depth: int = 8, temperature: float = 0.0) -> PlanOptions:
@@ -76,4 +81,5 @@ def runtime_options(max_budget: int = 64, max_depth: int = 8, temperature: float
     if not math.isfinite(temperature) or temperature < 0:
         raise PlannerInputError(f"--temperature {temperature} must be a finite number >= 0")
     return PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
-                       shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature)
+                       shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature,
+                       profiled_gammas=True)

@@ -51,6 +51,8 @@ class ProfileSettings:
     context: int = 256  # cached tokens under each latency measurement
     repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
     gamma: int = 8  # chain length of the accepted-length histogram
+    lookup_gamma: int = 16  # the same for lookups that draft only on a match (ngram:N:K, K >= 2): they
+    # draft a whole continuation when they draft at all, so chains longer than a model's can pay
     rank_width: int = 8  # ranked children per position for rank_accept
     prompts_label: str = "spec-bench:calibration"
     middles: bool = True  # also measure drafters against each model drafter (candidate middle models)
@@ -88,10 +90,17 @@ def _target_outputs(target: LoadedModel, prompts: list[Prompt], device: torch.de
     return pairs
 
 
+def chain_length(spec: DrafterSpec, settings) -> int:
+    """The chain length G a drafter's acceptance is counted at: longer for a match-only lookup."""
+    if spec.kind == "ngram" and spec.ngram_sizes[1] >= 2:
+        return max(settings.gamma, settings.lookup_gamma)
+    return settings.gamma
+
+
 def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_rank_accept=(),
            verifier: str = "target") -> AcceptanceEntry:
     return AcceptanceEntry(
-        drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=settings.gamma,
+        drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=counter.gamma,
         accepted_hist=tuple(counter.hist), rank_accept=counter.rank_accept,
         retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.hist),
         drafted_hist=tuple(counter.drafted_hist),
@@ -127,7 +136,7 @@ def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, s
     """
     verifier_id, verifier_network = verifier
     spec = build.spec
-    counter = AcceptanceCounter(settings.gamma, settings.rank_width)
+    counter = AcceptanceCounter(chain_length(spec, settings), settings.rank_width)
     graft = AcceptanceCounter(settings.gamma, settings.rank_width) if siblings else None
     tree = build_tree_drafter(spec, target, device)
     sequence = build.drafter if spec.kind == "ngram" else tree  # recycle's chain must see the same table

@@ -275,11 +275,14 @@ def parse(argv):
     (["--learning-rate", "0"], "--learning-rate"),
     (["--threads", "0"], "--threads"),
 ])
-def test_command_rejects_bad_input(argv, message):
-    from specplan.cli.distill import command as command_distill
+def test_command_rejects_bad_input(argv, message, capsys):
+    """Out-of-range numbers are usage errors: exit 2 and one line naming the option, before any work."""
+    from specplan.cli.main import build_parser
 
-    with pytest.raises(SpecplanError, match=message):
-        command_distill(parse(argv))
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["distill", *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_command_refuses_a_foreign_directory(tmp_path, tiny_model_dir):

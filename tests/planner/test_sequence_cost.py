@@ -72,3 +72,30 @@ def test_longer_chains_fall_back_to_alpha():
 
 def test_time_per_token():
     assert sequence_ms_per_token(4, 2.0, 30.0, 2.5) == pytest.approx(38.0 / 2.5)
+
+
+def _lookup_profile(chain: int):
+    """A target whose verify is nearly flat and a match-only lookup profiled at chain length ``chain``:
+    every round drafts the whole chain and 95% of each position is accepted."""
+    from specplan.core.profile import DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry
+
+    n = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+    target = ModelEntry("target", "t", "sha256:x", role="target", latency=(LatencyCurve(256, n, tuple(10.0 + 0.05 * k for k in n)),))
+    reach = [0.95 ** a for a in range(chain + 1)]
+    hist = tuple(round(10_000 * (reach[a] - (reach[a + 1] if a < chain else 0.0))) for a in range(chain + 1))
+    drafted = tuple([0] * chain + [sum(hist)])
+    entry = AcceptanceEntry("ngram-8-3", "target", 0.0, 0.95, chain, hist, drafted_hist=drafted)
+    return Profile(DeviceInfo("cpu", "cpu", "cpu"), (target,), (entry,), (RetrievalEntry("ngram-8-3", "ngram:8:3", 0.01),))
+
+
+def test_a_lookup_profiled_with_longer_chains_is_planned_with_them():
+    """`specplan plan` (runtime options, --max-depth 8) may choose a chain up to the profiled 16, never
+    beyond what was measured: a pair profiled at 8 stays at 8 or less."""
+    from specplan.planner.options import runtime_options
+    from specplan.planner.solve import solve_plan
+
+    long_chain = solve_plan(_lookup_profile(16), runtime_options()).plan.stages[-1].shape
+    short_chain = solve_plan(_lookup_profile(8), runtime_options()).plan.stages[-1].shape
+    assert long_chain.kind == "sequence" and 8 < long_chain.gamma <= 16
+    assert short_chain.kind != "sequence" or short_chain.gamma <= 8
+

@@ -227,3 +227,12 @@ def test_retrieval_rounds_record_how_many_tokens_the_lookup_drafted():
     replay_retrieval(copying, NgramTreeDrafter(3, 3), chain, prompt, [4, 5, 6, 7, 8, 1, 2, 3, 4, 9, 9, 9, 9])
     assert sum(copying.drafted_hist) == sum(copying.hist) and copying.drafted_hist[gamma] >= 2
     assert copying.drafted_hist[0] >= 1  # after "9 9 9" nothing of 3 tokens recurs until the 9s repeat
+
+
+def test_match_only_lookups_are_profiled_with_longer_chains():
+    from specplan.core.drafter_spec import parse_drafter_spec
+    from specplan.profiler.run import ProfileSettings, chain_length
+
+    settings = ProfileSettings.quick()
+    assert chain_length(parse_drafter_spec("ngram:8:3"), settings) == settings.lookup_gamma == 16
+    assert chain_length(parse_drafter_spec("ngram:5"), settings) == settings.gamma == 8
