@@ -34,6 +34,9 @@ def add_parser(commands) -> None:
                         help="calibration prompts: Spec-Bench (default) or HumanEval's calibration split")
     parser.add_argument("--limit", type=PROMPTS, default=None, help="calibration prompts to use (default 40, --quick 13)")
     parser.add_argument("--quick", action="store_true", help="trimmed calibration: a few minutes on 2 CPU cores")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the latency curves an interrupted profile of the same models, device and settings "
+                             "left beside -o (.NAME.curves.yaml) instead of timing them again")
     parser.add_argument("--no-plan", action="store_true", help="do not solve and write plan.yaml afterwards")
     parser.add_argument("-o", "--output", default="profile.yaml", help="profile path (default: profile.yaml)")
     parser.add_argument("--plan", default=None, metavar="PATH",
@@ -161,6 +164,9 @@ def command(args) -> int:
     if args.numerics is not None and (args.engine or args.latency_only or args.arch or args.acceptance_from):
         raise SpecplanError("--numerics applies to a full profile on --backend llama.cpp; drop it with --engine, "
                             "--latency-only, --arch or --acceptance-from")
+    if args.resume and (args.engine or args.latency_only or args.arch or args.acceptance_from):
+        raise SpecplanError("--resume applies to a full profile; drop it with --engine, --latency-only, --arch "
+                            "or --acceptance-from")
     if args.engine:
         from specplan.cli.profile_engine import engine_profile_command
 
@@ -182,11 +188,14 @@ def command(args) -> int:
     from specplan.quant.methods import normalize_quants
 
     quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (docs/guide.md, "4-bit targets")
+    if args.resume and quants != ["none"]:
+        raise SpecplanError("--resume applies to a 16-bit or GGUF target; a --quant profile measures its curves again")
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
     prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else (
         profile_prompts(limit) if args.workload == "spec-bench" else stratified(workload_split(args.workload, "calibration"), limit))
 
     from specplan.models.load import load_model, quiet_transformers
+    from specplan.profiler.curve_checkpoint import checkpoint_path
     from specplan.profiler.run import ProfileSettings, run_profile
     from specplan.runtime.timing import pick_device
 
@@ -194,6 +203,7 @@ def command(args) -> int:
     device = pick_device(args.device)
     settings = ProfileSettings.quick() if args.quick else ProfileSettings()
     settings = replace(settings, runtime=runtime_of(args), batch_sizes=batch_sizes)
+    checkpoint = checkpoint_path(args.output)
     if args.context is not None:
         settings = replace(settings, context=args.context)
     if args.prompts:
@@ -205,15 +215,16 @@ def command(args) -> int:
 
         print("specplan: backend llama.cpp: the GGUF file as llama.cpp runs it (--backend torch for the torch runtime)")
         target = load_gguf_model(args.target or "default", args.threads or 0, exact=args.numerics != "fast")
-        profile = run_profile(target, specs, prompts, device, settings)
+        profile = run_profile(target, specs, prompts, device, settings, checkpoint, args.resume)
     elif quants == ["none"]:
         target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))
-        profile = run_profile(target, specs, prompts, device, settings)
+        profile = run_profile(target, specs, prompts, device, settings, checkpoint, args.resume)
     else:
         from specplan.profiler.variants import profile_variants
 
         profile = profile_variants(args.target or "default", quants, specs, prompts, device, settings, resolve_dtype(args.dtype))
     save_profile(profile, args.output)
+    checkpoint.unlink(missing_ok=True)  # the curves are in the profile now
     print(f"specplan: wrote {args.output}")
     if plan_path is not None:
         solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)

@@ -213,6 +213,16 @@ def _curve(raw: dict[str, Any], where: str) -> LatencyCurve:
                         _count(raw.get("batch", 1), f"{where}.batch", 1))
 
 
+def curve_from_dict(raw: Any, where: str) -> LatencyCurve:
+    """A checked :class:`LatencyCurve` from its YAML mapping (``ProfileError`` naming ``where``)."""
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where} must be a mapping with n and ms; re-profile")
+    try:
+        return _curve(raw, where)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileError(f"{where} is malformed ({exc}); re-profile") from None
+
+
 def _curves(raw: Any, where: str, version: int) -> tuple[LatencyCurve, ...]:
     """A model's curves, batch 1 first (readers that take ``latency[0]`` get a batch-1 curve)."""
     curves = tuple(_curve(c, where) for c in raw or ())

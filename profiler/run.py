@@ -39,6 +39,7 @@ from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
 from specplan.profiler.batch_overhead import measure_batch_overhead, repeated_to
+from specplan.profiler.curve_checkpoint import load_curves, save_curves
 from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.acceptance import teacher_forced_logits
 from specplan.profiler.retrieval_acceptance import replay_retrieval
@@ -231,17 +232,8 @@ def llama_cpp_device(target: LoadedModel) -> DeviceInfo:
                    source="llama.cpp", numerics=numerics)
 
 
-def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
-                device: torch.device, settings: ProfileSettings) -> Profile:
-    """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``."""
-    for spec in drafters:
-        message = trained_on_calibration(spec, prompts)
-        if message is not None:
-            warnings.warn(message, stacklevel=2)
-    built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
-    context = context_ids_for(target, prompts, settings.context)
-    target_network = target.model if target.backend == "torch" else target_session(target, device)
-    networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
+def _measure_curves(networks, target: LoadedModel, device, context: list[int], settings: ProfileSettings):
+    """T(n) of every network (batch 1) and T(n, b) at the settings' batch sizes."""
     curves = {}
     widths = WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS
     with tqdm(total=len(networks) * len(widths), desc="latency T(n)", unit="curve point") as bar:
@@ -252,7 +244,47 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             else:
                 curves[model_id] = measure_latency(network, device, context, widths, settings.repeats, bar.update,
                                                    runtime=settings.runtime)
-    batched = _batched_curves(networks, device, context, settings)
+    return curves, _batched_curves(networks, device, context, settings)
+
+
+def _curves_once(networks, sources: dict[str, str], target: LoadedModel, device, device_info: DeviceInfo,
+                 context: list[int], settings: ProfileSettings, checkpoint: Path | None, resume: bool):
+    """The curves, from ``checkpoint`` when ``resume`` and its key matches, else measured (and
+    written to ``checkpoint``): :mod:`specplan.profiler.curve_checkpoint`."""
+    key = {"target": target.fingerprint, "models": sources, "device": device_info.name,
+           "numerics": device_info.numerics, "context": settings.context, "repeats": settings.repeats,
+           "runtime": settings.runtime.profile_label, "batch_sizes": list(settings.batch_sizes),
+           "widths": list(WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS), "specplan": str(__version__)}
+    if checkpoint is not None and resume:
+        found = load_curves(checkpoint, key)
+        if not isinstance(found, str):
+            print(f"specplan: --resume: latency curves from {checkpoint} (delete it to measure them again)")
+            return found
+        print(f"specplan: --resume: {found}; measuring the curves")
+    elif checkpoint is not None and checkpoint.is_file():
+        print(f"specplan: {checkpoint} holds the curves of an interrupted profile; --resume reuses them")
+    curves, batched = _measure_curves(networks, target, device, context, settings)
+    if checkpoint is not None:
+        save_curves(checkpoint, key, curves, batched)
+    return curves, batched
+
+
+def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
+                device: torch.device, settings: ProfileSettings, checkpoint: Path | None = None,
+                resume: bool = False) -> Profile:
+    """Measure everything a plan needs for ``target`` and ``drafters`` on ``device``; the latency
+    curves go to ``checkpoint`` as soon as they are measured (and come from it with ``resume``)."""
+    for spec in drafters:
+        message = trained_on_calibration(spec, prompts)
+        if message is not None:
+            warnings.warn(message, stacklevel=2)
+    built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
+    context = context_ids_for(target, prompts, settings.context)
+    target_network = target.model if target.backend == "torch" else target_session(target, device)
+    networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
+    sources = {"target": target.source, **{b.spec.id: b.spec.source for b in built if b.model is not None}}
+    device_info = describe_device(device) if target.backend == "torch" else llama_cpp_device(target)
+    curves, batched = _curves_once(networks, sources, target, device, device_info, context, settings, checkpoint, resume)
     overheads = _batch_overheads(target, prompts, context, batched["target"], device)
     pairs = _target_outputs(target, prompts, device, settings, target_network)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
@@ -279,7 +311,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     if settings.middles:
         acceptance.extend(_middle_acceptance(built, curves, target, prompts, device, settings))
     return Profile(
-        device=describe_device(device) if target.backend == "torch" else llama_cpp_device(target),
+        device=device_info,
         models=tuple(models),
         acceptance=tuple(acceptance),
         retrieval=tuple(retrieval),

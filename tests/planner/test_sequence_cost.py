@@ -88,6 +88,7 @@ def _lookup_profile(chain: int):
     return Profile(DeviceInfo("cpu", "cpu", "cpu"), (target,), (entry,), (RetrievalEntry("ngram-8-3", "ngram:8:3", 0.01),))
 
 
+@pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")  # the lookup has no tree statistics
 def test_a_lookup_profiled_with_longer_chains_is_planned_with_them():
     """`specplan plan` (runtime options, --max-depth 8) may choose a chain up to the profiled 16, never
     beyond what was measured: a pair profiled at 8 stays at 8 or less."""
