@@ -12,7 +12,6 @@ process is building is left alone. No torch import here.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from specplan.core.errors import SpecplanError
@@ -152,12 +151,13 @@ def _remove(entry: Path) -> bool:
 
 
 def _remove_leftovers(root: Path) -> None:
-    """With ``--all``: the temporary folders of builders that died, where no build holds the lock."""
-    from specplan.models.cache_entry import TEMPORARY_MARK, try_lock
+    """With ``--all``: the temporary folders (and an assembly's files) of builders that died, where no
+    build holds the lock."""
+    from specplan.models.cache_entry import TEMPORARY_MARK, remove_leftovers, try_lock
 
     for leftover in root.glob(f"*/.*{TEMPORARY_MARK}*"):
         final = leftover.with_name(leftover.name[1:].split(TEMPORARY_MARK)[0])
         lock = try_lock(final)
         if lock is not None:
-            shutil.rmtree(leftover, ignore_errors=True)
+            remove_leftovers(final)
             lock.release()

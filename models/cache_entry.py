@@ -150,11 +150,11 @@ def open_entry(folder: Path, key: str, build: Callable[[Path], None], verify: bo
         return folder
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with _EntryLock(folder):
+        with EntryLock(folder):
             state = check_entry(folder, key, verify)
             if state.whole:
                 return folder
-            _remove_leftovers(folder)
+            remove_leftovers(folder)
             if state.problem != "missing":
                 print(f"specplan: cache entry {folder} is incomplete or corrupt ({state.problem}); rebuilding",
                       file=sys.stderr, flush=True)
@@ -177,7 +177,7 @@ def _lock_file(folder: Path) -> filelock.FileLock:
     return filelock.FileLock(str(entry_lock_path(folder)), thread_local=False)
 
 
-class _EntryLock:
+class EntryLock:
     """Hold the entry's lock; when another process holds it, say so in one line and wait."""
 
     def __init__(self, folder: Path):
@@ -207,19 +207,23 @@ def try_lock(folder: Path) -> filelock.FileLock | None:
     return lock
 
 
-def _temporary_prefix(folder: Path) -> str:
+def temporary_prefix(folder: Path) -> str:
     return f".{folder.name}{TEMPORARY_MARK}"
 
 
-def _remove_leftovers(folder: Path) -> None:
-    """Remove temporary folders of earlier builders of ``folder``: with the lock held, none is live."""
-    for leftover in folder.parent.glob(_temporary_prefix(folder) + "*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+def remove_leftovers(folder: Path) -> None:
+    """Remove what earlier builders of ``folder`` (an entry folder or a single file) left behind,
+    temporary folders or files: with the lock held, none is live."""
+    for leftover in folder.parent.glob(temporary_prefix(folder) + "*"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
 
 
 def _build_and_publish(folder: Path, key: str, build: Callable[[Path], None]) -> None:
     """Build into a private temporary folder, write its manifest, then rename it into place."""
-    temporary = Path(tempfile.mkdtemp(prefix=_temporary_prefix(folder), dir=folder.parent))
+    temporary = Path(tempfile.mkdtemp(prefix=temporary_prefix(folder), dir=folder.parent))
     try:
         build(temporary)
         write_document(temporary / MANIFEST, Manifest(key, describe_files(temporary)).as_document())
@@ -235,7 +239,7 @@ def _build_and_publish(folder: Path, key: str, build: Callable[[Path], None]) ->
 
 def remove_entry(folder: Path) -> None:
     """Remove an entry: renamed aside first (it disappears at once), then deleted."""
-    aside = Path(tempfile.mkdtemp(prefix=_temporary_prefix(folder), dir=folder.parent))
+    aside = Path(tempfile.mkdtemp(prefix=temporary_prefix(folder), dir=folder.parent))
     os.rename(folder, aside / folder.name)  # a folder or a file alike
     shutil.rmtree(aside, ignore_errors=True)
 

