@@ -51,7 +51,7 @@ def _prompts(args) -> list:
 
 def _export(profile, profile_path, engine: str, names):
     """The export's re-solve for ``engine`` (greedy, the export's default limits): the setting and its prediction."""
-    return export_plan(profile, engine, runtime_options(64, 8, 0.0), profile_path=str(profile_path),
+    return export_plan(profile, engine, runtime_options(64, None, 0.0), profile_path=str(profile_path),
                        profile_sha256=file_sha256(profile_path), names=names)
 
 

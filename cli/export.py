@@ -23,7 +23,8 @@ def add_parser(commands) -> None:
     parser.add_argument("plan", help="plan.yaml written by `specplan plan` (with or without --sku)")
     parser.add_argument("--engine", required=True, help="vllm | sglang | transformers | llama.cpp")
     parser.add_argument("--max-budget", type=integer(1, MAX_TREE_BUDGET), default=64, help="largest tree budget (nodes) to consider")
-    parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=8, help="largest draft depth / gamma to consider")
+    parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=None,
+                        help="largest draft depth / gamma to consider (default: as `specplan plan`)")
     parser.add_argument("--json", action="store_true", help="one JSON object with the config, both plans and the loss")
     parser.add_argument("-o", "--output", default=None,
                         help="folder for the drafter files the engine loads (llama.cpp: the draft model as GGUF); "

@@ -23,7 +23,9 @@ def add_parser(commands) -> None:
     parser.add_argument("profile", help="profile.yaml written by `specplan profile`")
     parser.add_argument("-o", "--output", default=None, help="plan path (default: plan.yaml beside the profile)")
     parser.add_argument("--max-budget", type=integer(1, MAX_TREE_BUDGET), default=64, help="largest tree budget (nodes) to consider")
-    parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=8, help="largest draft depth / gamma to consider")
+    parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=None,
+                        help="largest draft depth / gamma to consider (default: trees 8 deep, chains up to the "
+                             "length the profile measured, 8, or 16 for a lookup that drafts only on a match)")
     parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="decoding temperature the plan is for")
     parser.add_argument("--explain", action="store_true", help="print every candidate's cost terms")
     parser.add_argument("--stages", type=integer(0, RUNTIME_MAX_STAGES), default=None, metavar="S",
@@ -50,7 +52,7 @@ def add_parser(commands) -> None:
 
 
 
-def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int,
+def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int | None,
                      temperature: float, explain: bool, stages: int | None = None,
                      batches: tuple[int, ...] | None = None, adaptive: bool = False, batched: bool = False) -> Plan:
     """Solve (:func:`specplan.api.solve_plan_file`), write ``plan_path`` and print what was chosen."""

@@ -227,6 +227,6 @@ def command(args) -> int:
     checkpoint.unlink(missing_ok=True)  # the curves are in the profile now
     print(f"specplan: wrote {args.output}")
     if plan_path is not None:
-        solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
+        solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=None, temperature=0.0, explain=False)
     return 0
 

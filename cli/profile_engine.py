@@ -117,5 +117,5 @@ def engine_profile_command(args) -> int:
         print(f"specplan: {line}")
     print(f"specplan: wrote {output} (llama.cpp latency, acceptance from {args.acceptance_from})")
     if plan_path is not None:
-        solve_and_write(profile, output, plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
+        solve_and_write(profile, output, plan_path, max_budget=64, max_depth=None, temperature=0.0, explain=False)
     return 0

@@ -61,6 +61,6 @@ def latency_only_command(args) -> int:
     save_profile(profile, args.output)
     print(f"specplan: wrote {args.output}")
     if plan_path is not None:
-        solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=8, temperature=0.0, explain=False)
+        solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=None, temperature=0.0, explain=False)
     return 0
 

@@ -71,15 +71,20 @@ class PlanOptions:
 # these when it plans for `specplan run` (bench's grid uses the same options).
 RUNTIME_SHAPES = ("sequence", "tree")
 RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/hierarchy.py)
+DEFAULT_DEPTH = 8  # `--max-depth` when not given: trees, and chains of pairs profiled at 8
 LONGEST_PROFILED_GAMMA = 16  # the longest chain a profile measures (a match-only lookup's; profiler/run.py)
 
 
-def runtime_options(max_budget: int = 64, max_depth: int = 8, temperature: float = 0.0) -> PlanOptions:
-    """The options ``specplan plan`` solves with: every gamma up to ``max_depth``, the shapes and
-    chain lengths the runtime executes."""
+def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperature: float = 0.0) -> PlanOptions:
+    """The options ``specplan plan`` solves with: the shapes and chain lengths the runtime executes,
+    trees up to ``max_depth`` deep and chains of every gamma up to it. ``max_depth`` None (no
+    ``--max-depth``): trees up to :data:`DEFAULT_DEPTH`, chains up to the longer of that and the
+    length each pair was profiled at (``profiled_gammas``; a match-only lookup's 16)."""
+    profiled = max_depth is None
+    max_depth = DEFAULT_DEPTH if max_depth is None else max_depth
     check_search_limits(max_budget, max_depth)
     if not math.isfinite(temperature) or temperature < 0:
         raise PlannerInputError(f"--temperature {temperature} must be a finite number >= 0")
     return PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
                        shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature,
-                       profiled_gammas=True)
+                       profiled_gammas=profiled)

@@ -43,11 +43,27 @@ def model_step(model: torch.nn.Module, device: torch.device, runtime: RuntimeMod
 
 
 def ahead_of_time_step(model: torch.nn.Module, device: torch.device) -> AotStep | None:
-    """``model``'s package, loaded or built now; None (after one line on stderr) when it cannot be exported."""
+    """``model``'s package, loaded or built now; None (after one line on stderr) when it cannot be exported.
+    Processes that need the same package take turns on its lock: one builds, the others wait and load it."""
+    from specplan.models.cache_entry import EntryLock
     from specplan.runtime import aot_store
 
     key = aot_store.package_key(model, device)
     folder = aot_store.package_folder(key)
+    if aot_store.stale_reason(folder, key, model) is None:
+        return aot_store.load_package(model, device, folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with EntryLock(folder):
+        if not _build_if_stale(model, device, key, folder):
+            return None
+    return aot_store.load_package(model, device, folder)
+
+
+def _build_if_stale(model: torch.nn.Module, device: torch.device, key, folder) -> bool:
+    """Build the package unless another process built it meanwhile; whether one is there now
+    (False: the model cannot be exported, and one line says so)."""
+    from specplan.runtime import aot_store
+
     name = _describe(model)
     reason = aot_store.stale_reason(folder, key, model)
     if reason is not None:
@@ -60,9 +76,9 @@ def ahead_of_time_step(model: torch.nn.Module, device: torch.device) -> AotStep 
             first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
             sys.stderr.write(f"specplan: cannot compile {name} ahead of time ({type(error).__name__}: {first}); "
                              "compiling it in this process instead (runtime jit)\n")
-            return None
+            return False
         sys.stderr.write(f"specplan: compiled {name} ahead of time in {seconds:.0f} s\n")
-    return aot_store.load_package(model, device, folder)
+    return True
 
 
 def compile_every_width(step: CompiledStep, model: torch.nn.Module, device: torch.device) -> float:
