@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specplan.cli.main import main
+from specplan.core.errors import ProfileError
+from specplan.core.yamlio import read_document
 from specplan.core.profile import LatencyCurve, load_profile
 from specplan.profiler.curve_checkpoint import checkpoint_path, load_curves, save_curves
 
@@ -57,3 +59,32 @@ def test_an_interrupted_profile_resumes_from_its_curves(tmp_path, tiny_model_dir
     assert main([*argv, "--resume"]) == 0
     assert "latency curves from" in capsys.readouterr().out
     assert load_profile(output).target.latency[0].context == 48 and not checkpoint_path(output).exists()
+
+
+def test_a_profile_killed_after_its_curves_resumes_in_a_new_process(tmp_path, tiny_model_dir):
+    """SIGKILL (no cleanup runs) once the checkpoint exists: no profile file, a whole checkpoint;
+    a new process with --resume writes the profile from it and removes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    output = tmp_path / "profile.yaml"
+    argv = [sys.executable, "-c", "import sys; from specplan.cli.main import main; sys.exit(main(sys.argv[1:]))",
+            "profile", "--target", tiny_model_dir, "--drafter", "ngram:3", "--quick", "--limit", "2", "--dtype",
+            "float32", "--device", "cpu", "--context", "48", "--no-plan", "-o", str(output)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not checkpoint_path(output).is_file() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(30)
+    if output.exists():  # the whole profile finished before the kill landed: nothing to resume
+        pytest.skip("the profile finished before SIGKILL")
+    document = read_document(checkpoint_path(output), "curve checkpoint", ProfileError)  # whole: written atomically
+    assert set(document["curves"]) == {"target"} and document["key"]["context"] == 48
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "latency curves from" in resumed.stdout and not checkpoint_path(output).exists()
+    assert load_profile(output).target.latency[0].context == 48
