@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specplan.core.files import write_file_atomic
 from specplan.core.errors import SpecplanError
 from specplan.core.prompts import Prompt
 from specplan.models.chat import encode_prompt
@@ -135,9 +136,8 @@ def decode_answers(model, tokenizer, prompts: list[Prompt], config: DataConfig, 
 
 def save_answers(path: Path, answers: list, key: dict) -> None:
     """Keep the decoded answers (most of the data time) so a rerun after a crash starts from them."""
-    partial = path.with_name(path.name + ".partial")
-    torch.save({"version": DATA_VERSION, "key": key, "answers": answers}, partial)
-    partial.replace(path)
+    record = {"version": DATA_VERSION, "key": key, "answers": answers}
+    write_file_atomic(path, lambda temporary: torch.save(record, temporary))
 
 
 def load_answers(path: Path, key: dict) -> list | None:
@@ -160,9 +160,8 @@ def score_answers(model, answers: list[tuple[str, list[int], list[int]]], config
 
 def save_sequences(path: Path, sequences: list[TrainingSequence], key: dict) -> None:
     """Write the sequences with ``key`` (what produced them) atomically."""
-    partial = path.with_name(path.name + ".partial")
-    torch.save({"version": DATA_VERSION, "key": key, "sequences": [s.to_record() for s in sequences]}, partial)
-    partial.replace(path)
+    record = {"version": DATA_VERSION, "key": key, "sequences": [s.to_record() for s in sequences]}
+    write_file_atomic(path, lambda temporary: torch.save(record, temporary))
 
 
 def load_sequences(path: Path, key: dict) -> list[TrainingSequence] | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specplan.core.files import write_file_atomic
 from specplan.distill.data import TrainingSequence
 
 FEATURES_VERSION = 1
@@ -45,9 +46,8 @@ def head_sequences(model: torch.nn.Module, sequences: list[TrainingSequence], pa
             return [HeadSequence(text, features.float()) for text, features in zip(sequences, stored["features"])]
     features = [target_features(model, sequence.token_ids).to(torch.bfloat16)
                 for sequence in tqdm(sequences, desc="distill: target features", unit="text")]
-    partial = path.with_name(path.name + ".partial")
-    torch.save({"version": FEATURES_VERSION, "key": key, "features": features}, partial)
-    partial.replace(path)
+    record = {"version": FEATURES_VERSION, "key": key, "features": features}
+    write_file_atomic(path, lambda temporary: torch.save(record, temporary))
     return [HeadSequence(text, feature.float()) for text, feature in zip(sequences, features)]
 
 

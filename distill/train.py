@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specplan.core.files import write_file_atomic
 from specplan.core.errors import SpecplanError
 from specplan.distill.config import TrainConfig
 from specplan.distill.data import TrainingSequence
@@ -94,9 +95,7 @@ def save_checkpoint(path: Path, drafter, optimizer, step: int, seconds: float, l
     state = {"key": key, "step": step, "seconds": seconds, "losses": [list(row) for row in losses],
              "weights": {name: parameters[name].detach().clone() for name in _trainable_names(drafter)},
              "optimizer": optimizer.state_dict()}
-    partial = path.with_name(path.name + ".partial")
-    torch.save(state, partial)
-    partial.replace(path)
+    write_file_atomic(path, lambda temporary: torch.save(state, temporary))
 
 
 def load_checkpoint(path: Path, drafter, optimizer, key: dict) -> tuple[int, float, list]:
