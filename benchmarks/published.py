@@ -19,7 +19,8 @@ import statistics
 from pathlib import Path
 
 from specplan.api import predict
-from specplan.cli.predict import record, shape_label
+from specplan.cli.predict import record, worst
+from specplan.core.published import shape_label
 
 SETTINGS = Path(__file__).resolve().parent / "published-settings"
 
@@ -27,11 +28,6 @@ SETTINGS = Path(__file__).resolve().parent / "published-settings"
 def source_of(name: str) -> str:
     """The source a setting belongs to: the first word of its name (sequoia, specmquant, eagle3)."""
     return name.split("-")[0]
-
-
-def worst(ratios: list[float]) -> float:
-    """The ratio farthest from 1 on a log scale (0.5 and 2.0 are as bad)."""
-    return max(ratios, key=lambda ratio: max(ratio, 1.0 / ratio))
 
 
 def directions(by_name: dict) -> list[tuple[str, bool]]:

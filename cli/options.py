@@ -65,7 +65,7 @@ def number(low: float, high: float, above_low: bool = False) -> Callable[[str], 
     >>> number(0.0, 1.0, above_low=True)("0.5")
     0.5
     """
-    bound = f"{'above' if above_low else 'from'} {low:g} {'and up' if above_low else ''} to {high:g}".replace("  ", " ")
+    bound = f"above {low:g} and up to {high:g}" if above_low else f"from {low:g} to {high:g}"
 
     def parse(text: str) -> float:
         try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import statistics
 
+from specplan.core.published import shape_label
+
 
 def add_parser(commands) -> None:
     parser = commands.add_parser(
@@ -15,19 +17,15 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler="predict")
 
 
-def shape_label(shape: dict) -> str:
-    """``tree 64/6``, ``chain 3`` or ``plain`` for a ``chosen_shape`` record."""
-    if shape["kind"] == "tree":
-        return f"tree {shape['budget']}/{shape['depth']}"
-    return f"chain {shape['gamma']}" if shape["kind"] == "sequence" else "plain"
+def worst(ratios: list[float]) -> float:
+    """The predicted / measured ratio farthest from 1 on a log scale (0.5 and 2.0 are as bad)."""
+    return max(ratios, key=lambda ratio: max(ratio, 1.0 / ratio))
 
 
 def record(prediction) -> dict:
     """The ``--json`` object of one prediction (keys documented in docs/formats.md)."""
-    measured = prediction.measured
-    shape = ({"kind": "tree", "budget": measured.budget, "depth": measured.depth} if measured.kind == "tree"
-             else {"kind": "sequence", "gamma": measured.gamma})
-    return {"name": prediction.name, "sku": prediction.sku, "batch": prediction.batch, "measured_shape": shape,
+    return {"name": prediction.name, "sku": prediction.sku, "batch": prediction.batch,
+            "measured_shape": prediction.measured.record,
             "measured_speedup": prediction.measured_speedup,
             "predicted_speedup": round(prediction.predicted_speedup, 4), "ratio": round(prediction.ratio, 4),
             "accepted_length": round(prediction.accepted_length, 4), "top_rate": round(prediction.top_rate, 4),
@@ -52,8 +50,7 @@ def command(args) -> int:
               f"{p.predicted_speedup:>8.2f}x {p.ratio:>6.2f} {p.plain_ms:>8.2f} {shape_label(p.chosen):>11} "
               f"{p.chosen_predicted_speedup:>7.2f}x")
     ratios = [p.ratio for p in predictions]
-    worst = max(ratios, key=lambda ratio: abs(ratio - 1.0) if ratio >= 1 else abs(1.0 / ratio - 1.0))
     inside = sum(0.8 <= ratio <= 1.25 for ratio in ratios)
-    print(f"predicted / measured: median {statistics.median(ratios):.2f}, worst {worst:.2f}, "
+    print(f"predicted / measured: median {statistics.median(ratios):.2f}, worst {worst(ratios):.2f}, "
           f"{inside} of {len(ratios)} within 0.8-1.25")
     return 0

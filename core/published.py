@@ -58,8 +58,27 @@ class MeasuredShape:
     gamma: int = 0
 
     @property
+    def record(self) -> dict[str, Any]:
+        """The shape as the file and ``predict --json`` write it."""
+        if self.kind == "tree":
+            return {"kind": "tree", "budget": self.budget, "depth": self.depth}
+        return {"kind": "sequence", "gamma": self.gamma}
+
+    @property
     def label(self) -> str:
-        return f"tree {self.budget}/{self.depth}" if self.kind == "tree" else f"chain {self.gamma}"
+        return shape_label(self.record)
+
+
+def shape_label(record: dict[str, Any]) -> str:
+    """``tree 64/6``, ``chain 3`` or ``plain`` for a shape record (``MeasuredShape.record`` or a
+    ``chosen_shape``).
+
+    >>> shape_label({"kind": "tree", "budget": 64, "depth": 6}), shape_label({"kind": "plain"})
+    ('tree 64/6', 'plain')
+    """
+    if record["kind"] == "tree":
+        return f"tree {record['budget']}/{record['depth']}"
+    return f"chain {record['gamma']}" if record["kind"] == "sequence" else "plain"
 
 
 @dataclass(frozen=True)

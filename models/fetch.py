@@ -51,11 +51,12 @@ def fetch(name: str, *, cache: Path | str | None = None, downloader: Downloader 
 def fetch_model(model: FetchableModel, cache: Path, downloader: Downloader, progress: bool) -> Path:
     """Download what is missing of ``model`` and assemble it, unless its GGUF is already there."""
     target = model_path(model, cache)
-    if target.is_file() and target.stat().st_size == model.size:
+    assembled = lambda: target.is_file() and target.stat().st_size == model.size  # noqa: E731
+    if assembled():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with EntryLock(target):
-        if target.is_file() and target.stat().st_size == model.size:
+        if assembled():
             return target  # another process assembled it while this one waited
         remove_leftovers(target)  # temporary files of assemblers that were killed
         target.with_name(target.name + ".partial").unlink(missing_ok=True)  # an older specplan's

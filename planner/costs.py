@@ -132,9 +132,9 @@ def pair_gammas(entry: AcceptanceEntry, options: PlanOptions) -> tuple[int, ...]
     >>> pair_gammas(entry, PlanOptions(gammas=(1, 2), profiled_gammas=True))[-1]
     16
     """
-    measured = entry.gamma if entry.accepted_hist and sum(entry.accepted_hist) > 0 else 0
     if not options.profiled_gammas:
         return options.gammas
+    measured = entry.gamma if entry.accepted_hist and sum(entry.accepted_hist) > 0 else 0
     longer = range(max(options.gammas) + 1, min(measured, LONGEST_PROFILED_GAMMA) + 1)
     return (*options.gammas, *longer)
 

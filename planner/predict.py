@@ -146,8 +146,9 @@ def synthetic_profile(setting: PublishedSetting, target: RoleModel, drafter: Rol
                                     latency=tuple(_curve(drafter, device, b, calibration) for b in batches),
                                     shape=drafter.shape))
     rates = setting.position_rates or (rate,)
-    gamma = 32
-    reach = [chain_accepted(rates, k) - chain_accepted(rates, k - 1) if k else 1.0 for k in range(gamma + 1)]
+    gamma, reach = 32, [1.0]  # reach[k]: P(the first k draft tokens are accepted)
+    for position in range(gamma):
+        reach.append(reach[-1] * rates[min(position, len(rates) - 1)])
     hist = [round(HISTOGRAM_SAMPLES * (reach[k] - (reach[k + 1] if k < gamma else 0.0))) for k in range(gamma + 1)]
     entry = AcceptanceEntry("drafter", "target", 0.0, rate, gamma, tuple(hist), memoryless_ranks(rate),
                             samples=HISTOGRAM_SAMPLES)
@@ -155,40 +156,35 @@ def synthetic_profile(setting: PublishedSetting, target: RoleModel, drafter: Rol
     return batch_view(Profile(device_info, tuple(models), (entry,), retrieval), setting.batch)
 
 
-def _shape_ms(profile: Profile, shape: MeasuredShape, rate: float) -> tuple[float, float]:
+def _shape_ms(profile: Profile, setting: PublishedSetting, rate: float) -> tuple[float, float]:
     """(ms per round, tokens per round) of the measured shape on the profile's curves."""
+    shape = setting.shape
     curves = {model.id: model.latency[0] for model in profile.models}
-    verify = lambda n: _interpolate(curves["target"], n)  # noqa: E731
+    verify = lambda n: _at(curves["target"], n)  # noqa: E731
     if "drafter" in curves:
-        draft = lambda width: _interpolate(curves["drafter"], width)  # noqa: E731
+        draft = lambda width: _at(curves["drafter"], width)  # noqa: E731
     else:
         draft = lambda width: profile.retrieval[0].ms_per_call  # noqa: E731
     if shape.kind == "sequence":
-        entry = profile.acceptance[0]
-        accepted = chain_accepted(_rates(entry), shape.gamma)
+        accepted = chain_accepted(setting.position_rates or (rate,), shape.gamma)
         return shape.gamma * draft(1) + verify(shape.gamma + 1), accepted
     tree = best_tree(memoryless_ranks(rate), shape.budget, shape.depth)
     return tree.depth * draft(max(tree.width, 1)) + verify(shape.budget), tree.value
 
 
-def _rates(entry: AcceptanceEntry) -> tuple[float, ...]:
-    """Position rates back from the entry's histogram: P(A >= k + 1) / P(A >= k)."""
-    total = sum(entry.accepted_hist)
-    at_least = [sum(entry.accepted_hist[k:]) / total for k in range(len(entry.accepted_hist))]
-    return tuple(at_least[k + 1] / at_least[k] if at_least[k] > 0 else 0.0 for k in range(len(at_least) - 1))
-
-
-def _interpolate(curve: LatencyCurve, n: int) -> float:
+def _at(curve: LatencyCurve, n: int) -> float:
+    """T(n) of a roofline curve, which holds every width 1..256."""
     return curve.ms[curve.n.index(n)]
 
 
 def chosen_shape(stage_shape: StageShape | None) -> dict:
-    """The ``chosen_shape`` record of a plan's top stage (None: plain decoding)."""
+    """The ``chosen_shape`` record of a plan's top stage (None: plain decoding), in the form of
+    :attr:`MeasuredShape.record`."""
     if stage_shape is None:
         return {"kind": "plain"}
     if stage_shape.kind == "sequence":
-        return {"kind": "sequence", "gamma": stage_shape.gamma}
-    return {"kind": "tree", "budget": stage_shape.size, "depth": stage_shape.depth or stage_shape.max_depth}
+        return MeasuredShape("sequence", gamma=stage_shape.gamma).record
+    return MeasuredShape("tree", budget=stage_shape.size, depth=stage_shape.depth or stage_shape.max_depth).record
 
 
 def predict_setting(setting: PublishedSetting, target: RoleModel, drafter: RoleModel, device: DeviceRoof,
@@ -196,8 +192,8 @@ def predict_setting(setting: PublishedSetting, target: RoleModel, drafter: RoleM
     """The :class:`Prediction` of one setting (module docstring)."""
     rate = acceptance_rate(setting)
     profile = synthetic_profile(setting, target, drafter, device, rate, calibration)
-    plain = _interpolate(profile.target.latency[0], 1)
-    round_ms, accepted = _shape_ms(profile, setting.shape, rate)
+    plain = _at(profile.target.latency[0], 1)
+    round_ms, accepted = _shape_ms(profile, setting, rate)
     options = PlanOptions(max_budget=256, max_depth=16, gammas=tuple(range(1, 17)), max_stages=1)
     best = solve_plan(profile, options).candidates[0]
     top = best.stages[-1].shape if best.stages else None

@@ -232,10 +232,15 @@ def llama_cpp_device(target: LoadedModel) -> DeviceInfo:
                    source="llama.cpp", numerics=numerics)
 
 
+def _widths(target: LoadedModel) -> tuple[int, ...]:
+    """The widths T(n) is timed at on the target's backend."""
+    return WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS
+
+
 def _measure_curves(networks, target: LoadedModel, device, context: list[int], settings: ProfileSettings):
     """T(n) of every network (batch 1) and T(n, b) at the settings' batch sizes."""
     curves = {}
-    widths = WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS
+    widths = _widths(target)
     with tqdm(total=len(networks) * len(widths), desc="latency T(n)", unit="curve point") as bar:
         for model_id, network in networks:
             if is_draft_head(network):  # timed as the drafter calls it, after a target step
@@ -254,7 +259,7 @@ def _curves_once(networks, sources: dict[str, str], target: LoadedModel, device,
     key = {"target": target.fingerprint, "models": sources, "device": device_info.name,
            "numerics": device_info.numerics, "context": settings.context, "repeats": settings.repeats,
            "runtime": settings.runtime.profile_label, "batch_sizes": list(settings.batch_sizes),
-           "widths": list(WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS), "specplan": str(__version__)}
+           "widths": list(_widths(target)), "specplan": str(__version__)}
     if checkpoint is not None and resume:
         found = load_curves(checkpoint, key)
         if not isinstance(found, str):
