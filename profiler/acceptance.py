@@ -14,10 +14,16 @@ over-predicts the accepted length (ngram:3, gamma 8, default model on CPU: predi
 measured 1.39). So:
 
 - ``accepted_hist[a]``: the rounds of a gamma-chain runtime (Leviathan et al., arXiv
-  2211.17192) with a accepted: start at 0, jump to t + a + 1; a round whose chain would run
-  past the output is not counted (its accepted length is not observed in full).
+  2211.17192) with a accepted: start at 0, jump to t + a + 1. A model drafter's round whose
+  chain would run past the output is not counted. A retrieval drafter's is *censored*: its
+  first c tokens matched the output's last c, so only A >= c is known. Long chains
+  (a match-only lookup's G = 63) would otherwise lose every round that starts within G tokens of
+  an output's end, most of a calibration output, so censored rounds are kept and the histogram is
+  completed by the product-limit (Kaplan-Meier) estimate of P(A >= k) (Kaplan & Meier, JASA
+  1958; docs/planner-math.md section 1), rounded to whole rounds (:func:`completed_histogram`).
 - ``alpha``: the per-token acceptance that maximises the likelihood of that histogram under
-  Leviathan et al.'s i.i.d. model (arXiv 2211.17192): accepted / (accepted + rejections).
+  Leviathan et al.'s i.i.d. model (arXiv 2211.17192): accepted / (accepted + rejections), a
+  censored round's c tokens counted as accepted with no rejection.
 - ``rank_accept[k]``: Sequoia's positional acceptance (arXiv 2402.12374, section 3): the
   probability that the (k+1)-th ranked child of a node is the accepted one, which its tree
   DP applies at every node a round reaches. Sampled at the nodes a tree round reaches: the
@@ -86,6 +92,36 @@ def tree_round_positions(length: int, depth: int, accepted_at: Callable[[int, in
     return visited
 
 
+def completed_histogram(exact: Sequence[int], censored: Sequence[int]) -> list[int]:
+    """Rounds by accepted length 0..G from ``exact[a]`` (rounds that accepted a) and
+    ``censored[c]`` (rounds known only to accept at least c): the product-limit estimate of
+    P(A = a) (Kaplan & Meier, JASA 1958) times every round, rounded to whole rounds by largest
+    remainder so the total stays. A round censored at c passed positions 0..c-1: it is at risk
+    at k < c and unobserved from c on.
+
+    >>> completed_histogram([1, 1, 0, 2], [0, 0, 0, 0])
+    [1, 1, 0, 2]
+    >>> completed_histogram([2, 0, 0, 2], [0, 0, 4, 0])    # 4 rounds matched 2, then the output ended
+    [2, 0, 0, 6]
+    """
+    gamma = len(exact) - 1
+    total = sum(exact) + sum(censored)
+    if not sum(censored):
+        return list(exact)
+    survival, shares = 1.0, []
+    for k in range(gamma):
+        at_risk = sum(exact[k:]) + sum(censored[k + 1:])
+        hazard = exact[k] / at_risk if at_risk else 0.0
+        shares.append(survival * hazard)
+        survival *= 1.0 - hazard
+    shares.append(survival)
+    counts = [int(share * total) for share in shares]
+    remainders = sorted(range(gamma + 1), key=lambda a: counts[a] - shares[a] * total)
+    for a in remainders[: total - sum(counts)]:
+        counts[a] += 1
+    return counts
+
+
 @dataclass
 class AcceptanceCounter:
     """Accumulates replay statistics for one (drafter, verifier) pair."""
@@ -98,9 +134,11 @@ class AcceptanceCounter:
     seconds: float = 0.0
     calls: int = 0
     drafted_hist: list[int] = field(default_factory=list)  # [gamma + 1] once a round says how many it drafted
+    censored: list[int] = field(default_factory=list)  # [gamma + 1]: rounds that matched c tokens when the output ended
 
     def __post_init__(self) -> None:
         self.hist = [0] * (self.gamma + 1)
+        self.censored = [0] * (self.gamma + 1)
         self.rank_hits = [0] * self.width
 
     def add_matches(self, matches: Sequence[bool]) -> None:
@@ -114,9 +152,25 @@ class AcceptanceCounter:
         retrieval drafter's lookup may find fewer than gamma, or none; None: not tracked)."""
         self.hist[min(accepted, self.gamma)] += 1
         if drafted is not None:
-            if not self.drafted_hist:
-                self.drafted_hist = [0] * (self.gamma + 1)
-            self.drafted_hist[min(drafted, self.gamma)] += 1
+            self._add_drafted(drafted)
+
+    def _add_drafted(self, drafted: int) -> None:
+        if not self.drafted_hist:
+            self.drafted_hist = [0] * (self.gamma + 1)
+        self.drafted_hist[min(drafted, self.gamma)] += 1
+
+    def add_censored(self, matched: int, drafted: int) -> None:
+        """One round whose ``matched`` tokens all matched when the output ended, of ``drafted``
+        proposed (more than ``matched``): its accepted length is at least ``matched``."""
+        if not 0 <= matched < min(drafted, self.gamma):
+            raise ValueError(f"a censored round matches fewer tokens ({matched}) than it drafted ({drafted}, gamma {self.gamma})")
+        self.censored[matched] += 1
+        self._add_drafted(drafted)
+
+    @property
+    def accepted_hist(self) -> tuple[int, ...]:
+        """Rounds by accepted length 0..gamma, censored rounds completed (:func:`completed_histogram`)."""
+        return tuple(completed_histogram(self.hist, self.censored))
 
     def add_ranks(self, ranks: Sequence[int]) -> None:
         """Rank (0-based) of the verifier's token among the drafter's top ``width``; -1 if absent.
@@ -139,7 +193,8 @@ class AcceptanceCounter:
     def alpha(self) -> float:
         """MLE of the i.i.d. per-token acceptance from the histogram (arXiv 2211.17192):
         accepted tokens / (accepted tokens + rejections); full-gamma rounds have no rejection."""
-        accepted = sum(a * count for a, count in enumerate(self.hist))
+        accepted = sum(a * count for a, count in enumerate(self.hist)) + sum(
+            c * count for c, count in enumerate(self.censored))
         rejections = sum(self.hist[: self.gamma])
         return accepted / (accepted + rejections) if accepted + rejections else 0.0
 

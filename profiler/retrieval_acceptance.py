@@ -75,19 +75,25 @@ class _RoundReplay:
 
 def _replay_chains(counter: AcceptanceCounter, replay: _RoundReplay,
                    chain: Callable[[list[int], int], Sequence[int]]) -> None:
-    """The gamma-chain runtime's rounds: ``chain`` at each round start only, timed."""
+    """The gamma-chain runtime's rounds: ``chain`` at each round start only, timed. A round
+    whose draft matches the output up to its end is censored (:meth:`AcceptanceCounter.add_censored`)."""
     output = replay.output
     start = 0
-    while start + counter.gamma <= len(output):
+    while start < len(output):
         committed = replay.start_round(start)
         begin = time.perf_counter()
         proposal = list(chain(committed, counter.gamma))
         counter.seconds += time.perf_counter() - begin
         counter.calls += 1
+        drafted = min(len(proposal), counter.gamma)
+        seen = min(drafted, len(output) - start)
         accepted = 0
-        while accepted < min(len(proposal), counter.gamma) and proposal[accepted] == output[start + accepted]:
+        while accepted < seen and proposal[accepted] == output[start + accepted]:
             accepted += 1
-        counter.add_chain(accepted, drafted=min(len(proposal), counter.gamma))
+        if accepted == seen < drafted:
+            counter.add_censored(accepted, drafted)
+            break
+        counter.add_chain(accepted, drafted=drafted)
         start += accepted + 1
 
 

@@ -52,8 +52,9 @@ class ProfileSettings:
     context: int = 256  # cached tokens under each latency measurement
     repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
     gamma: int = 8  # chain length of the accepted-length histogram
-    lookup_gamma: int = 16  # the same for lookups that draft only on a match (ngram:N:K, K >= 2): they
-    # draft a whole continuation when they draft at all, so chains longer than a model's can pay
+    lookup_gamma: int = max(WIDTHS) - 1  # the same for lookups that draft only on a match (ngram:N:K, K >= 2): they
+    # draft a whole continuation when they draft at all, so chains longer than a model's can pay; the
+    # widest verify the latency curves time (64 tokens) less its root
     rank_width: int = 8  # ranked children per position for rank_accept
     prompts_label: str = "spec-bench:calibration"
     middles: bool = True  # also measure drafters against each model drafter (candidate middle models)
@@ -102,8 +103,8 @@ def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_ra
            verifier: str = "target") -> AcceptanceEntry:
     return AcceptanceEntry(
         drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=counter.gamma,
-        accepted_hist=tuple(counter.hist), rank_accept=counter.rank_accept,
-        retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.hist),
+        accepted_hist=counter.accepted_hist, rank_accept=counter.rank_accept,
+        retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.accepted_hist),
         drafted_hist=tuple(counter.drafted_hist),
     )
 

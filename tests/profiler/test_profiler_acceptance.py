@@ -137,9 +137,12 @@ def test_retrieval_chain_is_called_only_at_round_starts_of_the_engine():
         rounds = engine_rounds(result, gamma, new_tokens - 1)
         expected += rounds
         starts = [len(prompt) + sum(result.committed_per_forward[:index]) for index in range(len(rounds))]
-        assert chain.roots == starts
+        # the engine's rounds whose chain fits the output, then at most gamma rounds near its end
+        assert chain.roots[: len(starts)] == starts and len(chain.roots) - len(starts) <= gamma
         calls += len(chain.roots)
-    assert counter.hist == histogram(expected, gamma) and counter.calls == calls == sum(counter.hist)
+    inside = histogram(expected, gamma)
+    assert all(count >= fitted for count, fitted in zip(counter.hist, inside))
+    assert counter.calls == calls == sum(counter.hist) + sum(counter.censored)
     assert counter.hist[gamma] > 0  # the tiny model repeats itself: n-gram chains are accepted in full
     assert calls < 2 * (new_tokens - gamma)  # a chain per position would be 2 * (new_tokens - gamma) calls
 
@@ -234,5 +237,5 @@ def test_match_only_lookups_are_profiled_with_longer_chains():
     from specplan.profiler.run import ProfileSettings, chain_length
 
     settings = ProfileSettings.quick()
-    assert chain_length(parse_drafter_spec("ngram:8:3"), settings) == settings.lookup_gamma == 16
+    assert chain_length(parse_drafter_spec("ngram:8:3"), settings) == settings.lookup_gamma == 63
     assert chain_length(parse_drafter_spec("ngram:5"), settings) == settings.gamma == 8
