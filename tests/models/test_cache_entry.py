@@ -175,3 +175,26 @@ def test_failed_build_publishes_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         open_entry(folder, KEY, build)
     assert not folder.exists() and _leftovers(folder) == []
+
+
+def test_full_disk_during_a_rebuild_is_one_line_and_keeps_the_old_entry_unloaded(tmp_path, capsys):
+    """A rebuild of a damaged entry that runs out of space mid-write: a CacheError that says what to do,
+    no temporary folder left, the damaged entry still refused (never loaded) and rebuilt once space is back."""
+    import errno
+
+    from specplan.core.errors import CacheError
+
+    folder, builds = tmp_path / "entry", []
+    open_entry(folder, KEY, _build_small(builds))
+    (folder / "a.txt").write_text("truncated")
+
+    def full_disk(temporary: Path) -> None:
+        (temporary / "a.txt").write_text("alpha " * 50)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CacheError, match="No space left on device; free space") as raised:
+        open_entry(folder, KEY, full_disk)
+    assert "\n" not in str(raised.value)
+    assert _leftovers(folder) == [] and not check_entry(folder, KEY).whole
+    open_entry(folder, KEY, _build_small(builds))
+    assert len(builds) == 2 and check_entry(folder, KEY, verify=True).whole
