@@ -4,7 +4,7 @@ An entry is a folder or file one level under a category folder (``models/``, ``q
 ``aot/``, ...), named ``CATEGORY/NAME``. Entries with a ``manifest.yaml``
 (:mod:`specplan.models.cache_entry`) are checked: ``list`` compares each file's size with the
 manifest, ``verify`` its sha256 too and exits 1 if any entry is damaged. Other entries (fetched
-GGUFs, quantized checkpoints, AOT packages: each checked by its own reader) are listed as
+GGUFs and AOT packages: each checked by its own reader) are listed as
 ``unchecked``. ``clear NAME`` removes one entry, ``clear --all`` every one; an entry another
 process is building is left alone. No torch import here.
 """

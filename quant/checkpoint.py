@@ -5,24 +5,24 @@ time; :mod:`specplan.quant.load`) are separate verbs. The checkpoint is a Huggin
 directory whose ``config.json`` carries the ``quantization_config`` transformers needs to
 rebuild the 4-bit layers, cached under ``$SPECPLAN_CACHE/quantized/<label>-<source key>``:
 the key is the 16-bit source's fingerprint, so new source weights mean a new checkpoint.
-It is written into a private temporary folder beside its place and renamed there once whole;
-processes quantizing the same model into the cache take turns on its lock
-(:class:`~specplan.models.cache_entry.EntryLock`), and the later ones find it made.
+It is a cache entry (:func:`~specplan.models.cache_entry.open_entry`), in the cache or in a
+folder ``-o DIR``: written into a private temporary folder beside its place and renamed there
+once whole, with a ``manifest.yaml`` of its files' sizes and digests that every open checks (a
+damaged checkpoint is rebuilt, never loaded); processes quantizing the same model take turns on
+its lock, and the later ones find it made.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import tempfile
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specplan.core.errors import SpecplanError
 from specplan.core.files import read_json_object, write_text_atomic
-from specplan.models.cache_entry import EntryLock, remove_leftovers, temporary_prefix
+from specplan.models.cache_entry import open_entry
 from specplan.quant.methods import NF4_BLOCK, QuantMethod, parse_method, pick_group_size
 
 MANIFEST = "specplan-quant.json"  # written last: a directory without it is incomplete
@@ -108,47 +108,35 @@ def quantize(source: str, method_name: str, output: str | Path | None = None, *,
     source_fingerprint = fingerprint(source_dir)
     name = checkpoint_name(method, dtype)
     target = Path(output) if output else default_checkpoint_dir(source_fingerprint, name)
-    def made() -> QuantizedCheckpoint | None:
-        found = read_manifest(target)
-        if found and found.get("source_fingerprint") == source_fingerprint and found.get("name") == name:
-            return QuantizedCheckpoint(target, method, source, source_fingerprint,
-                                       variant_fingerprint(source_fingerprint, method.label), 0.0)
-        if found is None and target.exists() and any(target.iterdir()):
-            raise SpecplanError(f"{target} exists and is not a specplan quantized checkpoint; pass a new or empty -o DIR")
-        return None
+    if output is not None and target.exists() and any(target.iterdir()) and read_manifest(target) is None:
+        raise SpecplanError(f"{target} exists and is not a specplan quantized checkpoint; pass a new or empty -o DIR")
+    manifest = {"source": source, "source_fingerprint": source_fingerprint, "method": method.name,
+                "label": method.label, "name": name}
+    seconds = []
 
-    if (checkpoint := made()) is not None:
-        return checkpoint
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with EntryLock(target) if output is None else contextlib.nullcontext():  # the cache's: builders take turns
-        if (checkpoint := made()) is not None:
-            return checkpoint  # another process made it while this one waited
-        manifest = {"source": source, "source_fingerprint": source_fingerprint, "method": method.name,
-                    "label": method.label, "name": name}
-        seconds = _build(method, source_dir, target, manifest, calibration_limit, dtype)
+    def build(folder: Path) -> None:
+        seconds.append(_build(method, source_dir, folder, manifest, calibration_limit, dtype))
+
+    def announce() -> None:
+        print(f"specplan: quantizing {source} with {method.label} into {target} (once)", file=sys.stderr, flush=True)
+
+    # a cache entry: sizes and digests in its manifest.yaml, checked on every open, rebuilt if damaged
+    open_entry(target, f"{source_fingerprint}:{name}", build, announce=announce)
     return QuantizedCheckpoint(target, method, source, source_fingerprint,
-                               variant_fingerprint(source_fingerprint, method.label), seconds)
+                               variant_fingerprint(source_fingerprint, method.label), sum(seconds))
 
 
-def _build(method: QuantMethod, source_dir: str, target: Path, manifest: dict, calibration_limit: int | None,
+def _build(method: QuantMethod, source_dir: str, folder: Path, manifest: dict, calibration_limit: int | None,
            dtype: str) -> float:
-    """Write the checkpoint into a private temporary folder beside ``target``, then rename it into
-    place (docs/guide.md, "Cache entries"); return the seconds it took."""
-    remove_leftovers(target)  # folders of builders that were killed
-    shutil.rmtree(target.with_name(target.name + ".partial"), ignore_errors=True)  # an older specplan's
-    partial = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), dir=target.parent))
-    try:
-        start = time.perf_counter()
-        count = _write_checkpoint(method, source_dir, partial, calibration_limit, dtype)
-        seconds = time.perf_counter() - start
-        manifest = {**manifest, "calibration": {"prompts": "spec-bench:calibration", "count": count},
-                    "seconds": round(seconds, 1)}
-        write_text_atomic(partial / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    """Write the checkpoint and its ``specplan-quant.json`` into the empty ``folder`` (a cache entry's
+    private temporary folder, published whole by :func:`~specplan.models.cache_entry.open_entry`);
+    return the seconds it took."""
+    start = time.perf_counter()
+    count = _write_checkpoint(method, source_dir, folder, calibration_limit, dtype)
+    seconds = time.perf_counter() - start
+    manifest = {**manifest, "calibration": {"prompts": "spec-bench:calibration", "count": count},
+                "seconds": round(seconds, 1)}
+    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return seconds
 
 

@@ -5,6 +5,7 @@ itself takes ~10 s to import and start; the real-model GPTQ run is benchmarks/qu
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -203,3 +204,21 @@ def test_run_plan_on_nf4_target(quant_cache, tiny_dir, tmp_path, capsys):
                  "--compare-plain"]) == 0
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["identical_to_plain"] is True
+
+
+def test_damaged_checkpoint_in_the_cache_is_rebuilt_not_loaded(nf4_tiny, tiny_dir, capsys):
+    """The cached checkpoint is a cache entry: a weights file cut short is found by its manifest's
+    sizes on the next open and the checkpoint is made again, giving the same logits."""
+    from specplan.quant.checkpoint import quantize
+    from specplan.quant.load import load_quantized
+
+    weights = next(Path(nf4_tiny.path).glob("*.safetensors"))
+    data = weights.read_bytes()
+    weights.unlink()  # a new file: the loaded model may still map the old one's pages
+    weights.write_bytes(data[: len(data) // 2])
+    again = quantize(tiny_dir, "nf4", dtype="float32")
+    assert again.seconds > 0 and "incomplete or corrupt" in capsys.readouterr().err
+    reloaded = load_quantized(tiny_dir, "nf4", "float32", "cpu")
+    ids = torch.tensor([PROMPTS[1]])
+    with torch.no_grad():
+        assert torch.equal(reloaded.model(ids).logits, nf4_tiny.model(ids).logits)
