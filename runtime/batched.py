@@ -23,6 +23,7 @@ import torch
 
 from specplan.runtime.batched_cache import COMPACT_HOLES, BatchedKV
 from specplan.runtime.commit import Committed
+from specplan.runtime.drafters.base import BatchedDrafter
 from specplan.runtime.tree import DraftTree
 from specplan.runtime.verify import verify_greedy
 from specplan.runtime.timing import now
@@ -79,10 +80,10 @@ def decode_rate(new_tokens: int, sequences: int, seconds: float, prefill_seconds
 
 
 class BatchedEngine:
-    """Greedy batched decoding of ``target``; ``drafter`` (a PerSequenceDrafters or a
-    BatchedModelDrafter) and ``gamma`` > 0 make it a sequence stage."""
+    """Greedy batched decoding of ``target``; ``drafter`` and ``gamma`` > 0 make it a sequence stage."""
 
-    def __init__(self, target: torch.nn.Module, device: torch.device, eos_ids: set[int], drafter=None,
+    def __init__(self, target: torch.nn.Module, device: torch.device, eos_ids: set[int],
+                 drafter: BatchedDrafter | None = None,
                  gamma: int = 0, pad_id: int = 0, name: str = "target", compact_holes: float = COMPACT_HOLES):
         if gamma < 0 or (gamma > 0 and drafter is None):
             raise ValueError(f"gamma {gamma} needs a drafter and must be >= 0")

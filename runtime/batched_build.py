@@ -7,14 +7,17 @@ executes plain decoding, one sequence stage whose drafter is ``ngram:N`` (looked
 sequence) or a drafter model (``model:``, ``layerskip:``; one batched forward per draft token),
 a static tree that is a chain counting as the sequence it is, and one tree stage grown per
 sequence by a retrieval drafter (``ngram:N``, ``recycle``, ``cache``; runtime/batched_tree.py);
-model trees, grafts, hierarchies and draft heads are refused with one line.
+model trees, grafts, hierarchies and draft heads are refused with one line. A drafter model the
+runner's own engine already runs is reused, not loaded a second time.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from specplan.core.drafter_spec import parse_drafter_spec
+import torch
+
+from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
 from specplan.core.errors import PlanError
 from specplan.core.plan import Plan, Stage, StageShape, describe_stages
 from specplan.runtime.batched import BatchedEngine
@@ -25,6 +28,7 @@ from specplan.runtime.build import (
 )
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.runner import PlanRunner
+from specplan.runtime.session import ModelSession
 
 
 def stages_at(plan: Plan, batch: int) -> tuple[tuple[Stage, ...], str]:
@@ -80,12 +84,23 @@ def build_batched_engine(runner: PlanRunner, batch: int, stages: tuple[Stage, ..
     if spec.kind == "ngram":
         drafter = PerSequenceDrafters(lambda: NgramDrafter(*spec.ngram_sizes))
     elif spec.kind in ("model", "layerskip"):
-        network = build_drafter(spec, target, runner.device, runner.runtime).model
+        network = drafter_network(runner, spec)
         drafter = BatchedModelDrafter(stage.drafter, network, runner.device, int(pad))
     else:
         raise PlanError(f"the batched runtime drafts with ngram:N or a drafter model, not {spec.source!r} "
                         f"({stage.drafter}); run it with --batch 1")
     return BatchedEngine(target.model, runner.device, stop, drafter, stage.shape.gamma, int(pad), stage.drafter)
+
+
+def drafter_network(runner: PlanRunner, spec: DrafterSpec) -> torch.nn.Module:
+    """The network of a ``model:`` or ``layerskip:`` drafter: the one the runner's engine already
+    runs under that drafter's name (one model session of its own), else a newly built one."""
+    engine_drafter = runner.engine.drafter
+    for drafter in engine_drafter.drafters() if engine_drafter is not None else ():
+        sessions = drafter.sessions()
+        if drafter.name == spec.id and len(sessions) == 1 and isinstance(sessions[0], ModelSession):
+            return sessions[0].model
+    return build_drafter(spec, runner.target, runner.device, runner.runtime).model
 
 
 def _tree_engine(runner: PlanRunner, stage: Stage, spec, stop: set[int], pad: int) -> BatchedTreeEngine:

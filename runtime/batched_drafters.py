@@ -7,8 +7,10 @@
   sequence up to its committed text (ragged rows), then ``gamma - 1`` forwards of one token per
   sequence; greedy (argmax) proposals.
 
-Both keep the same interface: ``reset``, ``propose(committed, gamma)`` (a list of token tuples,
-one per running sequence, each at most ``gamma[i]`` long) and ``select(indices)``.
+Both are :class:`~specplan.runtime.drafters.base.BatchedDrafter`: ``reset(batch)``,
+``propose(committed, gamma)`` (a list of token tuples, one per running sequence, each at most
+``gamma[i]`` long) and ``select(indices)``. :class:`PerSequenceDrafters` is how any sequence
+:class:`~specplan.runtime.drafters.base.Drafter` becomes a batched one.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from collections.abc import Callable, Sequence
 import torch
 
 from specplan.runtime.batched_cache import BatchedKV
-from specplan.runtime.drafters.base import Drafter, SamplingConfig
+from specplan.runtime.drafters.base import BatchedDrafter, Drafter, SamplingConfig
 
 GREEDY = SamplingConfig()
 
 
-class PerSequenceDrafters:
-    """A fresh sequence drafter per sequence (``factory()``), each proposing for its own text."""
+class PerSequenceDrafters(BatchedDrafter):
+    """A sequence :class:`Drafter` as a batched one: a fresh drafter per sequence (``factory()``),
+    each proposing greedily for its own text."""
 
     def __init__(self, factory: Callable[[], Drafter]):
         self.factory = factory
@@ -59,7 +62,7 @@ def common_prefix(left: Sequence[int], right: Sequence[int]) -> int:
     return size
 
 
-class BatchedModelDrafter:
+class BatchedModelDrafter(BatchedDrafter):
     """A causal LM drafting for every running sequence in the same forwards (greedy chains).
 
     Invariant: ``fed[i]`` is the token list sequence ``i``'s drafter cache holds. Before drafting

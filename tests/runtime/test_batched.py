@@ -144,3 +144,21 @@ def test_a_sequence_ending_at_its_first_token_leaves_before_any_draft(name):
     assert [list(s.token_ids) for s in result.sequences] == plain_alone(target, PROMPTS, eos=eos)
     assert result.sequences[3].token_ids == tuple(eos) and result.sequences[3].committed_per_forward == ()
 
+
+
+def test_a_model_drafter_the_runner_already_runs_is_not_loaded_again(monkeypatch):
+    """A ``--batch`` run reuses the network of the runner's own ``model:`` drafter (found by its
+    name among the engine's drafters, a hierarchy's and an adaptive plan's included)."""
+    from types import SimpleNamespace
+
+    from specplan.core.drafter_spec import parse_drafter_spec
+    from specplan.runtime import batched_build
+
+    network = tiny_llama("sdpa", seed=1)
+    runner = SimpleNamespace(engine=SimpleNamespace(drafter=ModelDrafter("model-tiny", network, CPU)))
+    monkeypatch.setattr(batched_build, "build_drafter", lambda *arguments: pytest.fail("loaded a second time"))
+    assert batched_build.drafter_network(runner, parse_drafter_spec("model:some/folder/tiny")) is network
+    built = SimpleNamespace(model="built")
+    monkeypatch.setattr(batched_build, "build_drafter", lambda *arguments: built)
+    other = SimpleNamespace(engine=runner.engine, target=None, device=CPU, runtime=None)
+    assert batched_build.drafter_network(other, parse_drafter_spec("model:other")) == "built"
