@@ -43,7 +43,7 @@ from specplan.bench.run import interleave, warm_up
 from specplan.bench.methods import EngineMethod
 from specplan.runtime.build import build_engine, eos_ids
 from specplan.models.chat import encode_prompt
-from specplan.runtime.warmup import compile_buckets
+from specplan.runtime.compile.warmup import compile_buckets
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.core.runtime_modes import runtime_from_environment

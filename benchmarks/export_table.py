@@ -2,9 +2,9 @@
 command a user pastes and the loss the export states (planner-math.md section 10: ``loss =
 L_engine / L_unrestricted - 1``; section 11.3 for a profile with T(n, b)).
 
-Each profile is exported as ``specplan export`` does (:func:`specplan.planner.export_pasted.pasted_export`,
+Each profile is exported as ``specplan export`` does (:func:`specplan.planner.export.pasted.pasted_export`,
 budget 64, depth 8, temperature 0), naming the models without looking for files on this machine,
-so the page is the same wherever it is generated. tests/planner/test_export_stored.py holds every
+so the page is the same wherever it is generated. tests/planner/export/test_stored.py holds every
 command to the engine's recorded or installed interface. Run from the repository root:
 
     .venv/bin/python benchmarks/export_table.py [--output docs/exports.md] [--check]
@@ -23,8 +23,8 @@ from pathlib import Path
 from specplan.core.files import write_text_atomic
 from specplan.core.profile import Profile, load_profile
 from specplan.planner.export import describe
-from specplan.planner.export_engines import ENGINES
-from specplan.planner.export_pasted import PastedExport, not_exportable, pasted_export
+from specplan.planner.export.engines import ENGINES
+from specplan.planner.export.pasted import PastedExport, not_exportable, pasted_export
 from specplan.planner.options import runtime_options
 from specplan.planner.solve import PlanResult, solve_plan
 
@@ -41,7 +41,7 @@ llama.cpp's for `cpu-llamacpp`), not measurements of the engines. Models are nam
 looking at this machine's files: Hugging Face repositories for vLLM, SGLang and transformers,
 GGUF file names for llama.cpp (`specplan export` prints the path it finds, and writes the
 drafter files the command loads). Drafter folders (`out/...`) are relative to where the profile
-was made. `tests/planner/test_export_stored.py` checks every command against the engine's recorded or
+was made. `tests/planner/export/test_stored.py` checks every command against the engine's recorded or
 installed interface (docs/guide.md, "Planning for other devices and serving engines").
 """
 

@@ -28,7 +28,7 @@ import torch
 from specplan.core.prompts import spec_bench_split, stratified
 from specplan.models.chat import encode_prompt
 from specplan.core.runtime_modes import RuntimeMode
-from specplan.runtime.warmup import compile_buckets
+from specplan.runtime.compile.warmup import compile_buckets
 from specplan.models.load import default_gguf_path, load_model, quiet_transformers
 from specplan.runtime.session import ModelSession
 

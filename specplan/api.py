@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from specplan.planner.predict import Prediction
     from specplan.planner.schedule import ScheduleResult
-    from specplan.runtime.batched import BatchedEngine, BatchedResult
+    from specplan.runtime.batched.engine import BatchedEngine, BatchedResult
     from specplan.runtime.runner import PlanRunner, RunResult
 
 __all__ = ["Batch", "Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
@@ -226,7 +226,7 @@ class Runner:
         as each finishes. Every prompt is checked to fit before the first batch decodes. Batched
         runs verify greedily: a sampling ``temperature`` (None: the plan's) is refused."""
         from specplan.core.plan import describe_stages
-        from specplan.runtime.batched_build import as_sequences, build_batched_engine, stages_at
+        from specplan.runtime.batched.build import as_sequences, build_batched_engine, stages_at
 
         temperature = self.plan.temperature if temperature is None else temperature
         if temperature > 0:
@@ -272,8 +272,8 @@ def predict(path: str | Path) -> "Prediction":
     from specplan.core.published import load_setting
     from specplan.models.arch import shape_of_arch
     from specplan.planner.predict import PRECISION_KEYS, RoleModel, predict_setting
-    from specplan.planner.roofline import PRECISIONS
-    from specplan.planner.sku import load_skus
+    from specplan.planner.hardware.roofline import PRECISIONS
+    from specplan.planner.hardware.sku import load_skus
 
     setting = load_setting(path)
     skus = load_skus()

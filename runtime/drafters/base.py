@@ -107,9 +107,9 @@ class BatchedDrafter(ABC):
     running sequence per round, greedy (argmax or looked-up tokens, no draft distributions).
 
     A sequence :class:`Drafter` becomes a batched one through
-    :class:`~specplan.runtime.batched_drafters.PerSequenceDrafters` (a drafter of its own per
+    :class:`~specplan.runtime.batched.drafters.PerSequenceDrafters` (a drafter of its own per
     sequence, asked one after another); a drafter model runs the whole batch in each forward
-    (:class:`~specplan.runtime.batched_drafters.BatchedModelDrafter`).
+    (:class:`~specplan.runtime.batched.drafters.BatchedModelDrafter`).
     """
 
     name: str

@@ -21,8 +21,8 @@ from specplan.core.published import load_setting, setting_from_dict
 from specplan.models.arch import shape_of_arch
 from specplan.planner import predict as model
 from specplan.planner.predict import NGRAM_CALL_MS, PRECISION_KEYS, RoleModel, predict_setting
-from specplan.planner.roofline import PRECISIONS, DeviceRoof, Precision
-from specplan.planner.sku import load_skus
+from specplan.planner.hardware.roofline import PRECISIONS, DeviceRoof, Precision
+from specplan.planner.hardware.sku import load_skus
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
 SETTINGS = Path(__file__).resolve().parents[2] / "benchmarks" / "published-settings"
