@@ -1,7 +1,7 @@
 """The command a user pastes for an engine: the export's config, with vLLM's per-batch schedule.
 
 ``specplan export`` prints this (docs/guide.md, "Planning for other devices and serving
-engines"); ``benchmarks/export_table.py`` writes it for every stored profile into
+engines"); ``measurements/export_table.py`` writes it for every stored profile into
 docs/exports.md and ``tests/planner/export/test_stored.py`` holds each one to the engine's interface.
 The re-solve is :func:`.plan.export_plan` (planner-math.md section 10, ``loss = L_engine /
 L_unrestricted - 1``); a profile with T(n, b) at more than batch 1 adds the schedule per batch

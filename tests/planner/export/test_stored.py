@@ -1,7 +1,7 @@
 """Every stored profile (profiles/*/profile.yaml, found when the tests are collected, so a new
 folder is covered without a change here) exported for every engine: the command ``specplan
 export`` prints names only what the engine's recorded or installed interface has, and so does
-every command in docs/exports.md (written by benchmarks/export_table.py)."""
+every command in docs/exports.md (written by measurements/export_table.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from specplan.planner.export.pasted import not_exportable
 from tests.engine_records import check_config
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "measurements"))
 from export_table import export_stored, render, stored_profiles  # noqa: E402
 
 PROFILES = stored_profiles(ROOT)

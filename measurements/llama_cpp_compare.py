@@ -11,7 +11,7 @@ runtime, after its graphs are compiled; compile time is printed apart).
 llama-cpp-python is not a dependency of specplan (it builds llama.cpp from source); install
 it into the venv to run this: ``.venv/bin/pip install llama-cpp-python`` (a few minutes).
 
-    .venv/bin/python benchmarks/llama_cpp_compare.py [--limit 13] [--max-new-tokens 64]
+    .venv/bin/python measurements/llama_cpp_compare.py [--limit 13] [--max-new-tokens 64]
         [--threads 2] [--json out.json]
 """
 

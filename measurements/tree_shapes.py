@@ -13,7 +13,7 @@ tree is grown best-first (EAGLE-2, arXiv 2406.16858) under the same node budget;
 (arXiv 2605.20104) gives ``--graft-budget`` of those nodes to a retrieval drafter, which is
 also run alone as a dynamic tree of the same budget (its drafting costs next to nothing).
 
-    .venv/bin/python benchmarks/tree_shapes.py --limit 13 --max-new-tokens 64 --dtype bfloat16
+    .venv/bin/python measurements/tree_shapes.py --limit 13 --max-new-tokens 64 --dtype bfloat16
 """
 
 from __future__ import annotations

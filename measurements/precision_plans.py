@@ -8,7 +8,7 @@ tokens differ a little from a bf16 one's, docs/guide.md "4-bit targets"), and th
 solves it with its default options. Printed per precision: T(n) at n = 1..64, plain decoding
 tokens/s predicted from T(1), the plan and its predicted speedup. No model is loaded.
 
-    .venv/bin/python benchmarks/precision_plans.py profiles/cpu-qwen-gptq/profile.yaml
+    .venv/bin/python measurements/precision_plans.py profiles/cpu-qwen-gptq/profile.yaml
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ one run, every runtime in a fresh process of its own.
    prepare the steps, the first prompt's tok/s and the steady rate (median of the others), and
    whether each prompt's tokens equal eager's (float32: they must).
 
-    .venv/bin/python benchmarks/aot_startup.py --model default --limit 6 --max-new-tokens 96 [--json OUT]
+    .venv/bin/python measurements/aot_startup.py --model default --limit 6 --max-new-tokens 96 [--json OUT]
 
 The goal (docs/guide.md, "Compiled steps ahead of time"): with packages present, the first
 prompt within 10% of the steady rate, and output token-identical to eager in float32.

@@ -9,7 +9,7 @@ measurement; ``decode tok/s`` leaves out the prompt's prefill, as the prediction
 reference is the runtime's own plain decoding of the same (e.g. 4-bit) target: in float32
 every method's output must be token-identical to it.
 
-    .venv/bin/python benchmarks/compare_plans.py PROFILE --limit 20 --max-new-tokens 64 [--dtype float32]
+    .venv/bin/python measurements/compare_plans.py PROFILE --limit 20 --max-new-tokens 64 [--dtype float32]
         [--drafter ID] [--runtime compiled] [--json OUT]
 
 ``--runtime compiled`` compiles every width's graph of the target before anything is timed

@@ -1,9 +1,9 @@
 """The roofline and the planner held against published GPU results: ``specplan predict`` over every
-setting in benchmarks/published-settings/ (Sequoia, SpecMQuant, EAGLE-3; each file names its
+setting in measurements/published-settings/ (Sequoia, SpecMQuant, EAGLE-3; each file names its
 table), one row per setting, then per source the median and worst predicted / measured ratio and
 the share within 0.8-1.25, and the direction checks of docs/planner-math.md section 13.
 
-    .venv/bin/python benchmarks/published.py [FILE...] [--json OUT]
+    .venv/bin/python measurements/published.py [FILE...] [--json OUT]
 
 Goals: predicted / measured within 0.8-1.25 on at least 80% of the settings; every direction right
 (4-bit gain below 16-bit on one GPU, below on the 3090 than on the A100; the gain falling with the
@@ -61,7 +61,7 @@ def directions(by_name: dict) -> list[tuple[str, bool]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("settings", nargs="*", help="setting files (default: benchmarks/published-settings/*.yaml)")
+    parser.add_argument("settings", nargs="*", help="setting files (default: measurements/published-settings/*.yaml)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the records as a JSON list")
     args = parser.parse_args()
     paths = args.settings or sorted(str(path) for path in SETTINGS.glob("*.yaml"))

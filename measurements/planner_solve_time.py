@@ -3,7 +3,7 @@ measured, tree budget up to 64, depth up to 8, rank width 8, gammas 1..8, up to 
 
 Goal: under 1 second per solve (the LP check included). Run:
 
-    .venv/bin/python benchmarks/planner_solve_time.py [--repeats 5] [--seed 0]
+    .venv/bin/python measurements/planner_solve_time.py [--repeats 5] [--seed 0]
 """
 
 from __future__ import annotations

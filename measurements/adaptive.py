@@ -7,7 +7,7 @@ Every candidate of the adaptive plan also runs as a static configuration (``cand
 oracle of a category is the candidate with the most tokens/s there. Reference: the runtime's
 plain decoding of the same prompt (token identity is checked against it; exact in float32).
 
-    .venv/bin/python benchmarks/adaptive.py [PROFILE] --limit 40 --max-new-tokens 128 [--dtype float32]
+    .venv/bin/python measurements/adaptive.py [PROFILE] --limit 40 --max-new-tokens 128 [--dtype float32]
         [--every K] [--json OUT]
 
 Goals, what an adaptive plan must show to be worth re-planning: adaptive >= static on every

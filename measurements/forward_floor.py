@@ -17,7 +17,7 @@ processes biases no runtime more than another. Compile time is reported apart (e
 warm-up compiles its graph). ``--clock cpu --threads 1`` reads this process's CPU time, which
 other processes competing for the cores barely change. Run:
 
-    .venv/bin/python benchmarks/forward_floor.py [--model default] [--dtypes bfloat16,float32]
+    .venv/bin/python measurements/forward_floor.py [--model default] [--dtypes bfloat16,float32]
         [--runtimes eager,static,compiled] [--rounds 3] [--repeats 5] [--context 256]
         [--threads 2] [--clock wall|cpu] [--json out.json]
 """

@@ -2,7 +2,7 @@
 greedy agreement, matching prefix, identical outputs and perplexity (terms defined in
 ``specplan.bench.quant_quality``). Run:
 
-    .venv/bin/python benchmarks/quant_quality.py [--model default] [--quants nf4,gptq]
+    .venv/bin/python measurements/quant_quality.py [--model default] [--quants nf4,gptq]
         [--limit 20] [--max-new-tokens 64] [--teacher-forced-only] [--json out.json]
 """
 

@@ -5,8 +5,8 @@ float32: every output must be token-identical. bfloat16: outputs may part at num
 near-ties (a forward over n tokens is not bit-identical to n one-token forwards); each
 divergence is reported with the target's top-2 logit gap at that point.
 
-    .venv/bin/python benchmarks/lossless.py --dtype float32 --limit 20
-    .venv/bin/python benchmarks/lossless.py --dtype bfloat16 --limit 20
+    .venv/bin/python measurements/lossless.py --dtype float32 --limit 20
+    .venv/bin/python measurements/lossless.py --dtype bfloat16 --limit 20
 """
 
 from __future__ import annotations

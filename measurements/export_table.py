@@ -7,7 +7,7 @@ budget 64, depth 8, temperature 0), naming the models without looking for files 
 so the page is the same wherever it is generated. tests/planner/export/test_stored.py holds every
 command to the engine's recorded or installed interface. Run from the repository root:
 
-    .venv/bin/python benchmarks/export_table.py [--output docs/exports.md] [--check]
+    .venv/bin/python measurements/export_table.py [--output docs/exports.md] [--check]
 
 ``--check`` writes nothing and exits 1 when the page differs from what would be written.
 """
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = runtime_options(64, 8, 0.0)  # what `specplan export` solves with by default (greedy)
 HEADER = """# Exported commands for the stored profiles
 
-Written by `.venv/bin/python benchmarks/export_table.py` (do not edit by hand; `--check` says
+Written by `.venv/bin/python measurements/export_table.py` (do not edit by hand; `--check` says
 whether this page is current). For every `profiles/*/profile.yaml` and every engine: the command
 `specplan export` prints (re-solved with its defaults: budget 64, depth 8, temperature 0) and the
 predicted loss it states against specplan's unrestricted plan (docs/planner-math.md section 10).
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     if args.check:
         current = output.read_text() if output.is_file() else ""
-        print(f"{output}: {'current' if current == text else 'out of date: run benchmarks/export_table.py'}")
+        print(f"{output}: {'current' if current == text else 'out of date: run measurements/export_table.py'}")
         return 0 if current == text else 1
     write_text_atomic(output, text)
     print(f"wrote {output} ({len(stored_profiles())} profiles x {len(ENGINES)} engines)", file=sys.stderr)

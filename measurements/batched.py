@@ -3,7 +3,7 @@ schedule's choice, of the batch-1 plan run at that batch, of the batched runtime
 decoding and of transformers ``generate`` with left padding, each beside the schedule's
 prediction; then the measured crossover batch against the predicted one.
 
-    .venv/bin/python benchmarks/batched.py PLAN [--batch 1,2,4,8] [--max-new-tokens 64]
+    .venv/bin/python measurements/batched.py PLAN [--batch 1,2,4,8] [--max-new-tokens 64]
         [--repeats 3] [--prompts FILE] [--runtime eager] [--force] [--json OUT]
 
 The prompts are the first Spec-Bench evaluation prompts (stratified by category), cycled when a

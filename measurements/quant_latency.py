@@ -8,7 +8,7 @@ records; ``--clock cpu`` reads the process's CPU time with one thread instead, w
 processes competing for the cores barely change (use it to see the curves' shape on a busy
 machine; it is not a wall-clock latency). Run:
 
-    .venv/bin/python benchmarks/quant_latency.py [--model default] [--quants none,nf4,gptq]
+    .venv/bin/python measurements/quant_latency.py [--model default] [--quants none,nf4,gptq]
         [--rounds 3] [--repeats 5] [--context 256] [--threads 2] [--clock wall|cpu] [--json out.json]
 """
 
