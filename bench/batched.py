@@ -25,9 +25,9 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from specplan.core.errors import PlanError
-from specplan.runtime.batched import decode_rate
+from specplan.runtime.batched.engine import decode_rate
 from specplan.core.plan import describe_stages
-from specplan.runtime.batched_build import as_sequences, build_batched_engine, check_batchable, stages_at
+from specplan.runtime.batched.build import as_sequences, build_batched_engine, check_batchable, stages_at
 from specplan.runtime.build import eos_ids
 from specplan.runtime.lossless import NEAR_TIE, check_lossless, divergence_gap
 from specplan.runtime.runner import PlanRunner

@@ -3,8 +3,8 @@ error per n against them, eager vs compiled (CUDA graphs) T(1), and the CUDA tes
 
 ``python -m specplan.bench.gpu_report OUTDIR`` reads what ``scripts/gpu-check.sh`` wrote into
 OUTDIR (``latency-SHAPE-RUNTIME.yaml``, ``default/profile.yaml``, ``cuda-tests.log``) and writes
-``report.md`` and ``report.json`` there. The roofline is planner/roofline.py's model of the
-SKU the profile names (docs/planner-math.md section 7); its fit is planner/calibration.py's.
+``report.md`` and ``report.json`` there. The roofline is planner/hardware/roofline.py's model of the
+SKU the profile names (docs/planner-math.md section 7); its fit is planner/hardware/calibration.py's.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from specplan.core.errors import SpecplanError
 from specplan.core.files import write_text_atomic
 from specplan.core.profile import Profile, load_profile
-from specplan.planner.calibration import compare_roofline, fit_calibration
-from specplan.planner.sku import get_sku, load_skus
+from specplan.planner.hardware.calibration import compare_roofline, fit_calibration
+from specplan.planner.hardware.sku import get_sku, load_skus
 
 
 def _roofline_rows(profile: Profile, sku: str) -> list[dict]:

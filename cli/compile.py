@@ -26,8 +26,8 @@ def command(args) -> int:
     import torch
 
     from specplan.models.load import load_model, quiet_transformers
-    from specplan.runtime import aot_store
-    from specplan.runtime.model_steps import ahead_of_time_step
+    from specplan.runtime.compile import aot_store
+    from specplan.runtime.compile.model_steps import ahead_of_time_step
 
     quiet_transformers()
     device = torch.device("cpu")

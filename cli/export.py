@@ -11,8 +11,8 @@ from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
 from specplan.cli.export_drafters import planned_gguf, planned_heads, write_head_checkpoint, write_llama_cpp_drafter
 from specplan.planner.export import describe, engine_support
-from specplan.planner.export_models import ModelNames
-from specplan.planner.export_pasted import pasted_export
+from specplan.planner.export.models import ModelNames
+from specplan.planner.export.pasted import pasted_export
 from specplan.planner.options import runtime_options
 from specplan.cli.options import integer
 from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET

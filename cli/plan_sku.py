@@ -19,11 +19,11 @@ from specplan.core.plan import save_plan
 from specplan.core.profile import Profile, load_profile, save_profile
 from specplan.core.yamlio import file_sha256
 from specplan.planner import explain
-from specplan.planner.calibration import fit_calibration, transfer
+from specplan.planner.hardware.calibration import fit_calibration, transfer
 from specplan.planner.options import runtime_options
-from specplan.planner.roofline import Calibration
-from specplan.planner.sku import get_sku, load_skus, roofline_profile
-from specplan.planner.sku_plans import calibration_record, plan_for_sku, sku_batches, summary_table
+from specplan.planner.hardware.roofline import Calibration
+from specplan.planner.hardware.sku import get_sku, load_skus, roofline_profile
+from specplan.planner.hardware.sku_plans import calibration_record, plan_for_sku, sku_batches, summary_table
 from specplan.planner.explain_schedule import schedule_table
 from specplan.cli.batch_option import parse_batch_sizes
 

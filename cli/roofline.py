@@ -9,9 +9,9 @@ from specplan.core.errors import SpecplanError
 from specplan.core.files import write_text_atomic
 from specplan.core.outputs import check_output_file
 from specplan.core.profile import load_profile
-from specplan.planner.calibration import compare_roofline, fit_calibration
-from specplan.planner.roofline import Calibration
-from specplan.planner.sku import get_sku, load_skus
+from specplan.planner.hardware.calibration import compare_roofline, fit_calibration
+from specplan.planner.hardware.roofline import Calibration
+from specplan.planner.hardware.sku import get_sku, load_skus
 
 
 def add_parser(commands) -> None:

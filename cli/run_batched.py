@@ -1,14 +1,14 @@
 """``specplan run PLAN --batch B``: the prompts decoded B at a time by the batched runtime, the
-configuration the plan's schedule chose for B (docs/guide.md, "Batched runs")."""
+configuration the plan's schedule chose for B (docs/guide.md, "Batched runs"), through
+:meth:`specplan.api.Runner.generate_batches`; here the records and lines it prints."""
 
 from __future__ import annotations
 
 import json
 
-from specplan.api import Runner
+from specplan.api import Batch, Runner
 from specplan.cli.options import chosen_runtime
 from specplan.core.errors import SpecplanError
-from specplan.core.runtime_modes import EAGER
 from specplan.core.prompts import Prompt
 
 
@@ -34,14 +34,13 @@ def _comparison(plan_runner, prompt_ids: list[int], token_ids: tuple[int, ...], 
     return record
 
 
-def _run_batch(runner: Runner, engine, prompts: list[Prompt], args) -> tuple[list[dict], object]:
-    plan_runner = runner.plan_runner
-    prompt_ids = [plan_runner.check_prompt(prompt, args.max_new_tokens) for prompt in prompts]
-    result = engine.generate(prompt_ids, args.max_new_tokens)
+def _records(runner: Runner, batch: Batch, args) -> list[dict]:
+    """One ``run --json`` record per prompt of ``batch``."""
+    plan_runner, result = runner.plan_runner, batch.result
     tokenizer = plan_runner.target.tokenizer
     records = []
-    for prompt, ids, sequence in zip(prompts, prompt_ids, result.sequences):
-        record = {"prompt_id": prompt.prompt_id, "category": prompt.category, "batch": len(prompts),
+    for prompt, ids, sequence in zip(batch.prompts, batch.prompt_ids, result.sequences):
+        record = {"prompt_id": prompt.prompt_id, "category": prompt.category, "batch": len(batch.prompts),
                   "new_tokens": len(sequence.token_ids), "token_ids": list(sequence.token_ids),
                   "text": tokenizer.decode(sequence.token_ids, skip_special_tokens=True),
                   "target_forwards": len(sequence.committed_per_forward),
@@ -49,49 +48,29 @@ def _run_batch(runner: Runner, engine, prompts: list[Prompt], args) -> tuple[lis
                   "batch_seconds": round(result.seconds, 4), "batch_tokens_per_s": round(result.tokens_per_s, 3)}
         if args.compare_plain:
             record.update(_comparison(plan_runner, ids, sequence.token_ids, args.max_new_tokens))
+        record.update({"configuration": batch.configuration, "predicted_batch_tokens_per_s": batch.predicted_tokens_per_s,
+                       "plan": str(args.plan)})
         records.append(record)
-    return records, result
-
-
-def _predicted(plan, batch: int, stages) -> float | None:
-    """The schedule's goodput for ``batch`` when the run uses the schedule's row for exactly that batch."""
-    if plan.schedule is None:
-        return None
-    row = plan.schedule.row_for(batch)
-    return row.tokens_per_s if row.batch == batch and tuple(row.stages) == tuple(stages) else None
+    return records
 
 
 def run_batched(args, prompts: list[Prompt]) -> int:
     """Decode ``prompts`` in batches of ``args.batch``; one record (or text and a line) per prompt."""
     check_batch_arguments(args)
-    runner = Runner.open(args.plan, runtime=chosen_runtime(args) or EAGER, force=args.force)  # batched forwards run eagerly
+    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force, batch=args.batch)
     if args.temperature is None and runner.plan.temperature > 0:
         raise SpecplanError(f"batched runs verify greedily; the plan samples at temperature {runner.plan.temperature}: "
                             "pass --temperature 0")
-    from specplan.core.plan import describe_stages
-    from specplan.runtime.batched_build import as_sequences, build_batched_engine, stages_at
-
-    for prompt in prompts:  # every prompt fits before the first batch decodes
-        runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
-    engines = {}
-    for start in range(0, len(prompts), args.batch):
-        chunk = prompts[start:start + args.batch]
-        stages, source = stages_at(runner.plan, len(chunk))
-        if stages not in engines:
-            engines[stages] = build_batched_engine(runner.plan_runner, len(chunk), stages)
-        records, result = _run_batch(runner, engines[stages], chunk, args)
-        configuration = describe_stages(as_sequences(stages), runner.plan.target)
-        predicted = _predicted(runner.plan, len(chunk), stages)
+    for batch in runner.generate_batches(prompts, max_new_tokens=args.max_new_tokens, temperature=0.0):
+        records = _records(runner, batch, args)
         for record in records:
-            record.update({"configuration": configuration, "predicted_batch_tokens_per_s": predicted,
-                           "plan": str(args.plan)})
             if args.json:
                 print(json.dumps(record, ensure_ascii=False), flush=True)
             else:
                 print(record["text"])
                 print(_sequence_line(record, runner.plan_runner.target.dtype), flush=True)
         if not args.json:
-            print(_batch_line(records, result, configuration, source, predicted), flush=True)
+            print(_batch_line(records, batch), flush=True)
     return 0
 
 
@@ -115,10 +94,11 @@ def _parting(record: dict, dtype: str) -> str:
     return f"{where}: NOT a near-tie; a lossless failure, please report it"
 
 
-def _batch_line(records: list[dict], result, configuration: str, source: str, predicted: float | None) -> str:
+def _batch_line(records: list[dict], batch: Batch) -> str:
+    result, predicted = batch.result, batch.predicted_tokens_per_s
     line = (f"[specplan] batch of {len(records)}: {result.new_tokens} tokens in {result.seconds:.2f} s: "
             f"{result.tokens_per_s:.1f} tok/s for the batch, {result.rounds} target forwards "
-            f"({configuration}, from {source}")
+            f"({batch.configuration}, from {batch.source}")
     line += f"; predicted {predicted:.1f} tok/s)" if predicted is not None else ")"
     if records and "plain_seconds" in records[0]:
         alone = sum(record["plain_seconds"] for record in records)

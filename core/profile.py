@@ -50,7 +50,7 @@ class LatencyCurve:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The architecture numbers the roofline latency model reads (``planner/roofline.py``).
+    """The architecture numbers the roofline latency model reads (``planner/hardware/roofline.py``).
 
     Recorded by the profiler from ``model.config`` (``source: config``); a layer-skip view
     records the layers it keeps. ``parameters``: all weights, embeddings included (0 when

@@ -4,11 +4,11 @@ below the command line; the CLI maps ``--runtime`` / ``SPECPLAN_RUNTIME`` onto i
 - ``eager`` (default): transformers' forward over a ``DynamicCache``.
 - ``static``: the same forward over a preallocated KV cache (no reallocation per step).
 - ``compiled``: the static cache with compiled steps, loaded from ahead-of-time packages
-  (:mod:`specplan.runtime.aot_store`; built once per model architecture, dtype, device and
+  (:mod:`specplan.runtime.compile.aot_store`; built once per model architecture, dtype, device and
   torch version, then loaded in about a second); a model whose step cannot be exported falls
   back to the ``jit`` path, compiled up front.
 - ``jit``: the static cache with ``torch.compile``'d steps, widths bucketed, compiled inside the
-  process (:mod:`specplan.runtime.compiled`; minutes per model on CPU).
+  process (:mod:`specplan.runtime.compile.compiled`; minutes per model on CPU).
 
 A profile records ``eager`` or ``compiled`` (``static`` runs the eager forward, so it is
 recorded as ``eager``; ``jit`` and ``compiled`` both run compiled steps).

@@ -10,6 +10,8 @@ Modules, one concept each (formulas in ``docs/planner-math.md``):
 - :mod:`.hierarchy` the HSD hierarchy DP (arXiv 2510.19705); :mod:`.lp` its LP dual.
 - :mod:`.simulate` a Monte-Carlo simulator of the runtime's semantics.
 - :mod:`.solve` ``solve_plan``; :mod:`.explain` the table behind ``specplan plan --explain``.
+- :mod:`.hardware` T(n) from datasheets (roofline, SKU table, calibration, SKU plans).
+- :mod:`.export` plans for serving engines (``specplan export``).
 """
 
 from .explain import explain

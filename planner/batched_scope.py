@@ -1,7 +1,7 @@
 """What the batched runtime runs (docs/guide.md, "Batched runs"): plain decoding, one sequence
 stage into the target drafted by an n-gram lookup or a drafter model (``model:``,
 ``layerskip:``), or one tree stage into the target grown by a retrieval drafter (``ngram:N``,
-``recycle``, ``cache``; runtime/batched_tree.py). ``specplan plan --batched`` solves, per batch
+``recycle``, ``cache``; runtime/batched/tree.py). ``specplan plan --batched`` solves, per batch
 size, only among those, so that ``run --batch`` and ``bench --batch`` execute the schedule's
 choice at every batch."""
 
@@ -12,8 +12,8 @@ from dataclasses import replace
 from specplan.core.profile import Profile
 from specplan.planner.options import PlanOptions
 
-SEQUENCE_KINDS = ("ngram", "model", "layerskip")  # sequence drafters runtime/batched_drafters.py runs
-TREE_KINDS = ("ngram", "recycle", "cache")  # tree drafters runtime/batched_tree.py runs (retrieval)
+SEQUENCE_KINDS = ("ngram", "model", "layerskip")  # sequence drafters runtime/batched/drafters.py runs
+TREE_KINDS = ("ngram", "recycle", "cache")  # tree drafters runtime/batched/tree.py runs (retrieval)
 
 
 def batched_drafter(source: str) -> bool:

@@ -119,7 +119,7 @@ class LatencyTable:
 
 def padded(curve: LatencyCurve, n: int) -> LatencyPoint:
     """T(n) of a runtime that pads a forward to the next profiled width (its compiled graphs'
-    buckets, ``runtime/compiled.py``; vLLM and TensorRT-LLM pad to captured batch sizes the same
+    buckets, ``runtime/compile/compiled.py``; vLLM and TensorRT-LLM pad to captured batch sizes the same
     way): a step function inside the profiled range, :func:`interpolate` beyond it (eager there).
 
     >>> curve = LatencyCurve(context=256, n=(1, 2, 4, 8), ms=(10.0, 11.0, 13.0, 16.0))

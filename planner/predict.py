@@ -33,7 +33,7 @@ from specplan.core.published import MeasuredShape, PublishedSetting
 
 from .batch import batch_view
 from .options import PlanOptions
-from .roofline import Calibration, DeviceRoof, Precision, roofline_ms
+from .hardware.roofline import Calibration, DeviceRoof, Precision, roofline_ms
 from .sequence import expected_accepted_length
 from .solve import solve_plan
 from .tree_dp import best_tree

@@ -24,7 +24,7 @@ import torch
 from specplan.core.profile import LatencyCurve
 from specplan.planner.latency import interpolate
 from specplan.runtime.batched import BatchedEngine
-from specplan.runtime.batched_drafters import PerSequenceDrafters
+from specplan.runtime.batched.drafters import PerSequenceDrafters
 from specplan.runtime.drafters.ngram import NgramDrafter
 
 GAMMAS = (0, 1, 2, 4)  # plain decoding, then n-gram sequence stages of these draft lengths

@@ -99,20 +99,23 @@ class CandidateDrafters(Drafter):
     name = "adaptive"
 
     def __init__(self, drafters: list[Drafter]):
-        self.drafters = drafters
+        self.members = drafters
 
     def reset(self) -> None:
-        for drafter in self.drafters:
+        for drafter in self.members:
             drafter.reset()
 
     def sessions(self) -> list[ModelSession]:
         seen, result = set(), []
-        for drafter in self.drafters:
+        for drafter in self.members:
             for session in drafter.sessions():
                 if id(session) not in seen:
                     seen.add(id(session))
                     result.append(session)
         return result
+
+    def drafters(self) -> list[Drafter]:
+        return [self, *(inner for drafter in self.members for inner in drafter.drafters())]
 
 
 class AdaptiveEngine:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from specplan.core.profile import DeviceInfo
-from specplan.planner.sku import sku_of_device_name
+from specplan.planner.hardware.sku import sku_of_device_name
 
 
 def cpu_name() -> str:

@@ -2,7 +2,7 @@
 
 Works on transformers' ``DynamicCache`` (5.x): tensors at ``cache.layers[i].keys`` /
 ``.values`` of shape [batch, kv_heads, seq, head_dim]; and on our preallocated
-:class:`~specplan.runtime.static_cache.StaticKVCache`, which does both by moving its length
+:class:`~specplan.runtime.compile.static_cache.StaticKVCache`, which does both by moving its length
 pointer and gathering rows in place.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from specplan.runtime.static_cache import StaticKVCache
+from specplan.runtime.compile.static_cache import StaticKVCache
 
 
 def new_cache(model: torch.nn.Module) -> DynamicCache:

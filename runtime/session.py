@@ -6,11 +6,11 @@ session: ``rewind_to`` trims the cache to what still agrees with the committed t
 mask), ``keep`` compacts the cache to an accepted path.
 
 The cache is transformers' ``DynamicCache`` (``cache="dynamic"``) or our preallocated
-:class:`~specplan.runtime.static_cache.StaticKVCache` (``cache="static"``, sized for
+:class:`~specplan.runtime.compile.static_cache.StaticKVCache` (``cache="static"``, sized for
 ``max_length`` positions; it grows by doubling if a forward would overflow it). With
 ``compiled=True`` (static cache only) steps of up to 64 tokens run a compiled forward: an
-ahead-of-time package with runtime ``compiled`` (:mod:`specplan.runtime.aot_store`), a
-torch.compile'd forward with widths bucketed with runtime ``jit`` (:mod:`specplan.runtime.compiled`). Left unset, both follow the
+ahead-of-time package with runtime ``compiled`` (:mod:`specplan.runtime.compile.aot_store`), a
+torch.compile'd forward with widths bucketed with runtime ``jit`` (:mod:`specplan.runtime.compile.compiled`). Left unset, both follow the
 session's ``runtime`` (:class:`specplan.core.runtime_modes.RuntimeMode`; default ``eager``: the dynamic cache).
 
 With ``keep_features`` set (a draft head reads them: EAGLE, arXiv 2401.15077), every forward
@@ -28,9 +28,9 @@ import torch
 
 from specplan.runtime import kv
 from specplan.runtime.backend import Session
-from specplan.runtime.model_steps import model_step
+from specplan.runtime.compile.model_steps import model_step
 from specplan.core.runtime_modes import EAGER, RuntimeMode
-from specplan.runtime.static_cache import DEFAULT_CAPACITY, new_static_cache
+from specplan.runtime.compile.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
 
 
@@ -120,7 +120,7 @@ class ModelSession(Session):
     def _use_compiled(self, count: int) -> bool:
         """Compiled steps serve bucketed widths once the cache buffers exist (the first forward,
         usually a prefill, allocates them eagerly)."""
-        from specplan.runtime.compiled import bucket_of
+        from specplan.runtime.compile.compiled import bucket_of
 
         return self.step is not None and self.cache.layers[0].is_initialized and bucket_of(count) is not None
 

@@ -12,6 +12,10 @@ Running a plan loads its models (torch)::
         result = runner.generate("Write a haiku about caches.", max_new_tokens=64)
         print(result.text, result.tokens_per_s)
 
+    with specplan.Runner.open("plan.yaml", batch=4) as runner:  # prompts decoded 4 at a time, greedily
+        for batch in runner.generate_batches(["First prompt", "Second prompt"], max_new_tokens=64):
+            print(batch.configuration, batch.result.tokens_per_s)
+
 ``load_profile``, ``load_plan`` and ``solve`` import no torch; ``Runner`` does, when opened.
 The command line (``specplan.cli``) is built on these functions (docs/architecture.md).
 """
@@ -26,22 +30,25 @@ from typing import TYPE_CHECKING
 
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import PlanError, SpecplanError
-from specplan.core.plan import Plan, load_plan
+from specplan.core.plan import Plan, Stage, load_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.core.prompts import Prompt
 from specplan.core.quiet import quiet_import_noise
-from specplan.core.runtime_modes import RuntimeMode
+from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.core.yamlio import file_sha256
 from specplan.planner import PlanOptions, PlanResult, solve_plan
 from specplan.planner.options import RUNTIME_MAX_STAGES, runtime_options
 from specplan.planner.solve import plan_for_candidate
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
     from specplan.planner.predict import Prediction
     from specplan.planner.schedule import ScheduleResult
+    from specplan.runtime.batched.engine import BatchedEngine, BatchedResult
     from specplan.runtime.runner import PlanRunner, RunResult
 
-__all__ = ["Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
+__all__ = ["Batch", "Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
            "solve_detailed", "solve_plan_file"]
 
 
@@ -133,29 +140,53 @@ def solve(profile: Profile, options: PlanOptions | None = None, *, stages: int |
     return solve_detailed(profile, options, stages=stages, profile_path=profile_path).plan
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Prompts decoded together by :meth:`Runner.generate_batches`: the batched ``result`` (its
+    sequences in prompt order), the ``stages`` that ran, where they come from (``source``), their
+    ``configuration`` line and the schedule's predicted goodput when its row is for exactly this batch."""
+
+    prompts: tuple[Prompt, ...]
+    prompt_ids: tuple[list[int], ...]
+    result: "BatchedResult"
+    stages: tuple[Stage, ...]
+    source: str
+    configuration: str
+    predicted_tokens_per_s: float | None
+
+
 class Runner:
     """An opened plan: its models loaded, its contract checked, ready to generate.
 
     ``Runner.open(path)`` refuses a plan whose profile, device or target weights changed unless
     ``force``; ``runtime`` is ``eager``, ``static`` or ``compiled`` (docs/guide.md, "Fast
     forward passes"); by default the one the plan's profile measured, so the predictions hold.
+    ``batch``: decode prompts that many at a time (:meth:`generate_batches`, docs/guide.md,
+    "Batched runs"); batched forwards run eagerly unless ``runtime`` says otherwise.
     """
 
-    def __init__(self, runner: "PlanRunner"):
+    def __init__(self, runner: "PlanRunner", batch: int | None = None):
         self._runner = runner
+        self.batch = batch
+        self._engines: dict[tuple[Stage, ...], "BatchedEngine"] = {}
 
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False,
-             threads: int = 0) -> "Runner":
+             threads: int = 0, batch: int | None = None) -> "Runner":
         """Load the plan's models on its profile's backend (torch, or llama.cpp with ``threads``; 0: every core)."""
         if threads < 0:
             raise SpecplanError(f"threads {threads}: pass at least 1, or 0 for every core")
+        if batch is not None and batch < 1:
+            raise SpecplanError(f"batch {batch}: pass at least 1")
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
         mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
+        if mode is None and batch is not None:
+            mode = EAGER
         quiet_import_noise()
         from specplan.runtime.runner import PlanRunner
 
-        return cls(PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode, threads=threads))
+        opened = PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode, threads=threads)
+        return cls(opened, batch)
 
     @property
     def plan(self) -> Plan:
@@ -188,6 +219,30 @@ class Runner:
         return self._runner.run_prompt(prompt, max_new_tokens, temperature, top_p, seed, stream=stream,
                                        compare_plain=compare_plain)
 
+    def generate_batches(self, prompts: "Sequence[str | Prompt]", *, max_new_tokens: int = 128,
+                         temperature: float | None = None) -> "Iterator[Batch]":
+        """Decode ``prompts`` ``batch`` at a time (in order) with the configuration the plan's
+        schedule chose for each batch's size (docs/guide.md, "Batched runs"); one :class:`Batch`
+        as each finishes. Every prompt is checked to fit before the first batch decodes. Batched
+        runs verify greedily: a sampling ``temperature`` (None: the plan's) is refused."""
+        from specplan.core.plan import describe_stages
+        from specplan.runtime.batched.build import as_sequences, build_batched_engine, stages_at
+
+        temperature = self.plan.temperature if temperature is None else temperature
+        if temperature > 0:
+            raise SpecplanError(f"batched runs verify greedily; temperature {temperature}: pass temperature 0")
+        prompts = [Prompt("prompt", "prompt", prompt) if isinstance(prompt, str) else prompt for prompt in prompts]
+        prompt_ids = [self._runner.check_prompt(prompt, max_new_tokens) for prompt in prompts]
+        size = self.batch or 1
+        for start in range(0, len(prompts), size):
+            chunk, ids = tuple(prompts[start:start + size]), tuple(prompt_ids[start:start + size])
+            stages, source = stages_at(self.plan, len(chunk))
+            if stages not in self._engines:
+                self._engines[stages] = build_batched_engine(self._runner, len(chunk), stages)
+            result = self._engines[stages].generate(list(ids), max_new_tokens)
+            yield Batch(chunk, ids, result, stages, source, describe_stages(as_sequences(stages), self.plan.target),
+                        _scheduled_goodput(self.plan, len(chunk), stages))
+
     def summary_line(self, result: "RunResult") -> str:
         return self._runner.summary_line(result)
 
@@ -196,6 +251,14 @@ class Runner:
 
     def __exit__(self, *exc) -> None:
         return None
+
+
+def _scheduled_goodput(plan: Plan, batch: int, stages: tuple[Stage, ...]) -> float | None:
+    """The schedule's goodput for ``batch`` when ``stages`` are the schedule's row for exactly that batch."""
+    if plan.schedule is None:
+        return None
+    row = plan.schedule.row_for(batch)
+    return row.tokens_per_s if row.batch == batch and tuple(row.stages) == tuple(stages) else None
 
 
 def predict(path: str | Path) -> "Prediction":
@@ -209,8 +272,8 @@ def predict(path: str | Path) -> "Prediction":
     from specplan.core.published import load_setting
     from specplan.models.arch import shape_of_arch
     from specplan.planner.predict import PRECISION_KEYS, RoleModel, predict_setting
-    from specplan.planner.roofline import PRECISIONS
-    from specplan.planner.sku import load_skus
+    from specplan.planner.hardware.roofline import PRECISIONS
+    from specplan.planner.hardware.sku import load_skus
 
     setting = load_setting(path)
     skus = load_skus()

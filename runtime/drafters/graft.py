@@ -132,6 +132,9 @@ class GraftDrafter(Drafter):
     def sessions(self) -> list:
         return self.model.sessions()
 
+    def drafters(self) -> list[Drafter]:
+        return [self, *self.model.drafters(), *self.retrieval.drafters()]
+
     def propose_tree(self, committed: list[int], shape: StageShape, sampling: SamplingConfig,
                      generator: torch.Generator) -> DraftTree:
         """The model tree of ``shape`` with up to ``graft_budget`` nodes (fewer in a smaller, capped

@@ -48,6 +48,9 @@ class HierarchyDrafter(Drafter):
         """Every model session at or below this middle model (the bench times their forwards)."""
         return self.stage.drafter.sessions() + [self.stage.verifier]
 
+    def drafters(self) -> list[Drafter]:
+        return [self, *self.stage.drafter.drafters()]
+
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
         """Exactly ``gamma`` tokens of the middle model continuing ``committed`` (fewer after an EOS)."""
         if not self.stats:

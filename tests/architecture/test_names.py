@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("specplan", "core", "planner", "models", "quant", "runtime", "profiler", "bench", "distill", "cli",
-           "benchmarks", "examples", "scripts", "tests")
+           "measurements", "examples", "scripts", "tests")
 PROBLEMS = ("undefined name", "imported but unused", "unable to detect undefined names")
 
 

@@ -18,7 +18,7 @@ from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profi
 from specplan.core.yamlio import file_sha256
 from specplan.planner import PlanOptions, solve_plan
 
-from tests.planner.test_export_real import flat
+from tests.planner.export.test_real import flat
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
 DRAFTERS = {"ngram-3": "ngram:3", "layerskip-2": "layerskip:2", "model-tiny": "model:{folder}"}

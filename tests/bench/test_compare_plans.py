@@ -1,4 +1,4 @@
-"""benchmarks/compare_plans.py's table: decode rate after the prefill and the per-forward split."""
+"""measurements/compare_plans.py's table: decode rate after the prefill and the per-forward split."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "measurements"))
 from compare_plans import summarize  # noqa: E402
 
 from specplan.bench.metrics import Measurement  # noqa: E402

@@ -11,7 +11,7 @@ import torch
 import pytest
 
 from specplan.bench.gpu_report import main as report_main
-from specplan.planner.sku import sku_of_device_name
+from specplan.planner.hardware.sku import sku_of_device_name
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from specplan.runtime.drafters.head_model import load_head, save_head
 from tests.engine_records import unknown_names
 from tests.distill.test_distill import four_layer_llama
 from tests.runtime.test_head_eagle3 import CPU, KEPT, proposals
-from tests.planner.test_export_real import flat
+from tests.planner.export.test_real import flat
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
 

@@ -17,7 +17,7 @@ from specplan.core.yamlio import file_sha256
 from specplan.planner import PlanOptions, solve_plan
 
 from tests.engine_records import unknown_names
-from tests.planner.test_export_real import flat
+from tests.planner.export.test_real import flat
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
 

@@ -253,3 +253,23 @@ def test_a_parting_output_is_a_near_tie_only_in_16_bit_and_below_the_gap():
     assert "lossless failure, please report it" in _sequence_line(record, "float32")
     assert "lossless failure" in _sequence_line(dict(record, divergence_gap=2.0), "bfloat16")
     assert _sequence_line(dict(record, identical_to_plain=True), "float32").endswith("alone: yes")
+
+
+def test_the_api_decodes_batches_as_the_command_does(ngram_plan):
+    """``Runner.open(plan, batch=B).generate_batches``: the batches ``run --batch`` prints, each
+    output the prompt's plain greedy one; sampling is refused in one line."""
+    from specplan.api import Runner
+    from specplan.core.errors import SpecplanError
+    from specplan.runtime.drafters.base import SamplingConfig
+
+    plan_path, _ = ngram_plan
+    runner = Runner.open(plan_path, force=True, batch=2)
+    batches = list(runner.generate_batches(PROMPTS, max_new_tokens=6))
+    assert [len(batch.prompts) for batch in batches] == [2, 2, 1]
+    assert batches[0].configuration == "ngram-3 -> target (sequence gamma 3)"
+    for batch in batches:
+        for ids, sequence in zip(batch.prompt_ids, batch.result.sequences):
+            alone = runner.plan_runner.generate(ids, 6, SamplingConfig(), plain=True)
+            assert tuple(alone.token_ids) == sequence.token_ids
+    with pytest.raises(SpecplanError, match="batched runs verify greedily"):
+        next(runner.generate_batches(PROMPTS, temperature=0.7))

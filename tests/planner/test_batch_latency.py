@@ -15,8 +15,8 @@ from specplan.cli.main import main
 from specplan.core.errors import ProfileError
 from specplan.core.profile import LatencyCurve, batch_sizes, load_profile, save_profile
 from specplan.planner.latency import latency_table, nearest_curve
-from specplan.planner.roofline import PRECISIONS, forward_cost, largest_batch
-from specplan.planner.sku import get_sku, roofline_profile
+from specplan.planner.hardware.roofline import PRECISIONS, forward_cost, largest_batch
+from specplan.planner.hardware.sku import get_sku, roofline_profile
 from tests.core.test_formats import make_profile
 
 PROFILES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*/*.yaml"))
@@ -86,7 +86,7 @@ SMOL = get_sku("h100-sxm")
 
 
 def test_roofline_reads_weights_once_per_forward_and_kv_per_sequence():
-    from specplan.planner.sku import BUILTIN_SHAPES
+    from specplan.planner.hardware.sku import BUILTIN_SHAPES
 
     shape, precision = BUILTIN_SHAPES["default"], PRECISIONS["bfloat16"]
     one = forward_cost(shape, precision, 4, 256, SMOL)
@@ -100,13 +100,13 @@ def test_roofline_reads_weights_once_per_forward_and_kv_per_sequence():
 
 
 def _weight_bytes(shape) -> float:
-    from specplan.planner.roofline import matmul_weights
+    from specplan.planner.hardware.roofline import matmul_weights
 
     return matmul_weights(shape) * 2
 
 
 def test_roofline_dequantises_once_per_tile_of_batch_rows():
-    from specplan.planner.sku import BUILTIN_SHAPES
+    from specplan.planner.hardware.sku import BUILTIN_SHAPES
 
     shape, gptq, tile = BUILTIN_SHAPES["default"], PRECISIONS["gptq-w4g128"], SMOL.dequant_tile
     assert forward_cost(shape, gptq, 4, 256, SMOL, batch=tile // 4).dequant_ops == \
@@ -124,7 +124,7 @@ def test_roofline_profile_models_every_batch_asked():
 
 
 def test_largest_batch_follows_memory():
-    from specplan.planner.sku import BUILTIN_SHAPES
+    from specplan.planner.hardware.sku import BUILTIN_SHAPES
 
     small = largest_batch(BUILTIN_SHAPES["default"], PRECISIONS["bfloat16"], 256, get_sku("l4"), 64)
     large = largest_batch(BUILTIN_SHAPES["default"], PRECISIONS["bfloat16"], 256, get_sku("h200"), 64)

@@ -50,7 +50,7 @@ def test_table_marks_extrapolation():
 
 
 def test_a_compiled_model_pays_for_the_bucket_its_forward_is_padded_to():
-    """runtime/compiled.py pads n new tokens to the next bucket (the profiled widths)."""
+    """runtime/compile/compiled.py pads n new tokens to the next bucket (the profiled widths)."""
     compiled = ModelEntry("target", "default", "fp", role="target", mode="compiled", latency=(CURVE,))
     table = latency_table(compiled, 256, 40)
     assert [table(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [10.0, 10.5, 11.0, 11.0, 13.0, 13.0, 17.0, 17.0]

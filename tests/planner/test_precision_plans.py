@@ -1,4 +1,4 @@
-"""benchmarks/precision_plans.py: each target precision of a quant-aware profile solved as the target."""
+"""measurements/precision_plans.py: each target precision of a quant-aware profile solved as the target."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "measurements"))
 
 from precision_plans import precisions  # noqa: E402
 
@@ -26,7 +26,7 @@ def test_each_variant_becomes_the_only_target_with_its_own_curve():
 
 
 def test_the_table_names_a_different_plan_where_the_curves_differ():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/precision_plans.py"),
+    out = subprocess.run([sys.executable, str(ROOT / "measurements/precision_plans.py"),
                           str(ROOT / "profiles/cpu-qwen-gptq/profile.yaml")], capture_output=True, text=True, check=True)
     plans = [line.split(" | ")[-2] for line in out.stdout.splitlines()[2:]]
     assert len(plans) == 3 and len(set(plans)) == 3, out.stdout

@@ -1,5 +1,5 @@
 """``specplan predict``: the published-setting format, a prediction computed by hand, and the
-direction checks over the settings in benchmarks/published-settings/ (docs/planner-math.md
+direction checks over the settings in measurements/published-settings/ (docs/planner-math.md
 section 13). The direction checks are run once more on a roofline without the per-sequence
 overhead, or with 16-bit bytes for 4-bit weights, to show that they fail there."""
 
@@ -21,11 +21,11 @@ from specplan.core.published import load_setting, setting_from_dict
 from specplan.models.arch import shape_of_arch
 from specplan.planner import predict as model
 from specplan.planner.predict import NGRAM_CALL_MS, PRECISION_KEYS, RoleModel, predict_setting
-from specplan.planner.roofline import PRECISIONS, DeviceRoof, Precision
-from specplan.planner.sku import load_skus
+from specplan.planner.hardware.roofline import PRECISIONS, DeviceRoof, Precision
+from specplan.planner.hardware.sku import load_skus
 
 pytestmark = pytest.mark.filterwarnings("ignore::specplan.planner.PlannerWarning")
-SETTINGS = Path(__file__).resolve().parents[2] / "benchmarks" / "published-settings"
+SETTINGS = Path(__file__).resolve().parents[2] / "measurements" / "published-settings"
 
 BASE = {
     "schema_version": 1, "name": "hand", "source": "a test", "sku": "a100-80gb", "batch": 1,

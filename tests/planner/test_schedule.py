@@ -16,8 +16,8 @@ from specplan.planner import explain_schedule
 from specplan.planner.options import PlanOptions
 from specplan.planner.schedule import solve_schedule, with_schedule
 from specplan.planner.sequence import expected_accepted_length
-from specplan.planner.sku import get_sku
-from specplan.planner.sku_plans import plan_for_sku, sku_batches
+from specplan.planner.hardware.sku import get_sku
+from specplan.planner.hardware.sku_plans import plan_for_sku, sku_batches
 from specplan.planner.solve import solve_plan
 
 WIDTHS = (1, 2, 4, 8, 16)
@@ -167,7 +167,7 @@ def test_sku_schedules_have_a_crossover(sku, stored):
 
 
 def test_sku_batches_stop_at_memory():
-    from specplan.planner.sku import BUILTIN_SHAPES
+    from specplan.planner.hardware.sku import BUILTIN_SHAPES
 
     profile = batched_profile()
     profile = replace(profile, models=tuple(replace(m, shape=BUILTIN_SHAPES["default"], dtype="bfloat16")

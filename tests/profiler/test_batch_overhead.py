@@ -14,8 +14,8 @@ from specplan.planner.batch import batch_view, overhead_ms
 from specplan.planner.schedule import solve_schedule
 from specplan.profiler.batch_latency import measure_batch_latency
 from specplan.profiler.batch_overhead import batch_prompts, measure_batch_overhead
-from specplan.runtime.batched import BatchedEngine
-from specplan.runtime.batched_drafters import PerSequenceDrafters
+from specplan.runtime.batched.engine import BatchedEngine
+from specplan.runtime.batched.drafters import PerSequenceDrafters
 from specplan.runtime.drafters.ngram import NgramDrafter
 from tests.planner.test_schedule import OPTIONS, batched_profile
 from tests.runtime.tiny_models import tiny_llama

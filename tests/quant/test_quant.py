@@ -1,6 +1,6 @@
 """4-bit targets (quant/): NF4 and GPTQ on a tiny random Llama, lossless speculation on the
 NF4 target, missing backends, quality metrics, quant-aware profiles (~20 s for GPTQ: GPTQModel
-itself takes ~10 s to import and start; the real-model GPTQ run is benchmarks/quant_quality.py)."""
+itself takes ~10 s to import and start; the real-model GPTQ run is measurements/quant_quality.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from specplan.core.plan import StageShape
 from specplan.core.runtime_modes import RuntimeMode
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.prompts import spec_bench_split, stratified
-from specplan.runtime import compiled
+from specplan.runtime.compile import compiled
 from specplan.runtime.build import build_tree_drafter, eos_ids
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig

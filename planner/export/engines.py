@@ -1,0 +1,120 @@
+"""What each serving engine can run, and the limits its own code puts on a stage.
+
+Each engine's names were read from its source at a named commit; the recorded name lists and
+the tests that hold every exported name to them are in ``tests/data/engines/``:
+
+- vLLM (vllm-project/vllm @ 002e77c1f0ef): ``--speculative-config`` JSON whose keys are
+  ``SpeculativeConfig`` fields (``vllm/config/speculative.py``). One drafter, a chain of
+  ``num_speculative_tokens``; methods ``ngram`` (prompt lookup, ``prompt_lookup_min..max``),
+  ``draft_model``, ``eagle`` / ``eagle3`` heads, ``suffix``, ...
+- SGLang (sgl-project/sglang @ 001067fffe33, ``server_args.py``): ``--speculative-algorithm``
+  NGRAM or STANDALONE (a draft model), ``--speculative-num-steps`` / ``--speculative-eagle-topk`` /
+  ``--speculative-num-draft-tokens``. A draft-model tree keeps the best ``num_draft_tokens - 1`` of
+  the ``topk + (steps - 1) * topk^2`` candidates it scored (``eagle_utils.py``, the top-k over the
+  concatenated scores), so a larger budget fails on the first decode; with topk 1 SGLang resets
+  the draft tokens to ``steps + 1``. NGRAM accepts ``--device cuda`` or ``cpu`` at that commit
+  (``speculative_hook.py``; older releases were CUDA-only) and reads its drafts from one trie
+  filled by every request's tokens, not from the current prompt alone.
+- transformers 5.23 (installed here): ``generate(assistant_model=<a loaded model>)``,
+  ``prompt_lookup_num_tokens`` / ``max_matching_ngram_size``, ``assistant_early_exit``;
+  ``num_assistant_tokens`` is read from the assistant's own ``generation_config``
+  (``candidate_generator.py``; for early exit the assistant is the target itself); assisted
+  generation refuses a batch larger than one (``generation/utils.py``).
+- llama.cpp (ggml-org/llama.cpp @ 0017d6fb63f9, ``common/arg.cpp``): ``llama-server -m``,
+  ``--spec-type`` (``draft-simple``, ``ngram-simple``, ...), ``--spec-draft-model`` (a GGUF
+  file), ``--spec-draft-n-max`` / ``-n-min`` / ``-p-min``, ``--spec-ngram-simple-size-n`` / ``-m``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.errors import DrafterSpecError
+from specplan.core.parents import most_children, tree_depth
+from specplan.core.plan import Stage
+
+from .models import ModelNames, is_gguf
+
+ENGINE_GAP = "engine"  # the engine has no way to run this drafter
+ARTIFACT_GAP = "artifact"  # the engine could run it, but specplan cannot write its files in that format yet
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether an engine runs a drafter; if not, whose gap it is and why."""
+
+    runs: bool
+    gap: str = ""  # ENGINE_GAP | ARTIFACT_GAP
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class EngineSupport:
+    """What an engine runs: stage shapes and drafter kinds (specplan SPEC kinds)."""
+
+    name: str
+    shapes: tuple[str, ...]
+    drafter_kinds: tuple[str, ...]  # "layerskip" means the first-K-layers form only
+    head_format: str = ""  # the engine's own head format (vLLM / SGLang: specplan writes EAGLE-3 from eagle3 heads)
+
+    def judge(self, source: str, names: ModelNames | None = None) -> Verdict:
+        """Whether a drafter SPEC (e.g. ``ngram:3``) maps onto one of the engine's methods."""
+        try:
+            spec = parse_drafter_spec(source)
+        except DrafterSpecError:
+            return Verdict(False, ENGINE_GAP, f"{source!r} is not a drafter spec this version knows")
+        if spec.kind == "head" and self.head_format:
+            return self._judge_head(spec.argument, names or ModelNames(""))
+        if spec.kind not in self.drafter_kinds:
+            return Verdict(False, ENGINE_GAP, f"{self.name} has no method for {spec.kind} drafters")
+        if spec.kind == "layerskip" and "," in spec.argument:
+            return Verdict(False, ENGINE_GAP, f"{self.name} early exit keeps the first K layers, "
+                           f"not the set {spec.argument}")
+        if self.name == "llama.cpp" and spec.kind == "model" and not is_gguf(spec.argument, names or ModelNames("")):
+            return Verdict(False, ARTIFACT_GAP, "llama.cpp loads a draft model from a GGUF file; specplan "
+                           f"writes GGUF from Llama / Qwen2 save_pretrained folders, and {spec.argument} is not "
+                           "one on this machine")
+        return Verdict(True)
+
+
+    def _judge_head(self, directory: str, names: ModelNames) -> Verdict:
+        """vLLM and SGLang run an EAGLE-3 checkpoint specplan writes from a head of that layout."""
+        if self.name in ("vllm", "sglang") and directory in dict(names.heads):
+            return Verdict(True)
+        if self.name in ("vllm", "sglang"):
+            return Verdict(False, ARTIFACT_GAP, f"{self.name} runs {self.head_format} heads; specplan writes an "
+                           f"EAGLE-3 checkpoint from a head distilled with --layout eagle3, and {directory} is not "
+                           "one on this machine (EAGLE-1 layout: fuse + decoder layer, which no engine loads)")
+        return Verdict(False, ARTIFACT_GAP, f"{self.name} runs {self.head_format} heads, but specplan does not "
+                       "write that format yet")
+
+
+ENGINES = {
+    "vllm": EngineSupport("vllm", ("sequence",), ("ngram", "model"), "EAGLE / EAGLE-3"),
+    "sglang": EngineSupport("sglang", ("sequence", "tree"), ("ngram", "model"), "EAGLE / EAGLE-3"),
+    "transformers": EngineSupport("transformers", ("sequence",), ("ngram", "model", "layerskip")),
+    "llama.cpp": EngineSupport("llama.cpp", ("sequence",), ("ngram", "model"), "EAGLE-3 (draft-eagle3) GGUF"),
+}
+
+
+def tree_numbers(stage: Stage) -> tuple[int, int, int]:
+    """(steps = depth, topk = most children of a node, draft tokens = nodes incl. the root)."""
+    shape = stage.shape
+    if shape.kind == "sequence":
+        return shape.gamma, 1, shape.gamma + 1
+    parents = shape.parents
+    if not parents:
+        return shape.depth, 1, shape.budget
+    return tree_depth(parents), most_children(parents), len(parents)
+
+
+def sglang_candidates(steps: int, topk: int) -> int:
+    """How many scored candidates a draft-model tree of ``steps`` x ``topk`` chooses its drafts from."""
+    return topk + (steps - 1) * topk * topk
+
+
+def sglang_fits(stage: Stage) -> bool:
+    """Whether SGLang can build this stage: ``draft tokens - 1 <= topk + (steps - 1) * topk^2``."""
+    steps, topk, draft_tokens = tree_numbers(stage)
+    return draft_tokens - 1 <= sglang_candidates(steps, topk)

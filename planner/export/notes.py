@@ -1,0 +1,59 @@
+"""What a user of an exported command should know that the command itself cannot say."""
+
+from __future__ import annotations
+
+from specplan.core.plan import Stage
+
+from .models import HUB_IDS, HUB_NOTE, ModelNames
+
+MEASURED_HERE = ("the prediction uses the latencies in the profile (specplan's runtime, or a SKU's roofline), "
+                 "not the engine's own step costs")
+ENGINE_MEASURED = ("the prediction uses {engine}'s own T(n), measured by `specplan profile --engine {engine}` on "
+                   "the files the command loads")
+SGLANG_TRIE = ("SGLang's NGRAM drafts from one trie filled by the tokens of every request it has served, not "
+               "from the current prompt alone, and has no n-gram window flag: acceptance may differ from the "
+               "prompt lookup the profile measured")
+SGLANG_CPU = ("the recorded SGLang commit accepts --device cpu for NGRAM and STANDALONE (older releases ran "
+              "NGRAM on CUDA only)")
+TRANSFORMERS_BATCH = "transformers' assisted generation refuses a batch of more than one sequence: batch size 1 only"
+TRANSFORMERS_TOKENS = ("num_assistant_tokens is read from the assistant's generation_config (for early exit, the "
+                       "target's own), so the snippet sets it there; a generate() argument would not reach it")
+LLAMA_NGRAM = ("llama.cpp's ngram-simple matches exactly size-n tokens (no fall-back to shorter n-grams as "
+               "measured), so its acceptance may be lower than predicted")
+EAGLE3_HEAD = ("the EAGLE-3 checkpoint reads the target's final hidden state (eagle_config.use_aux_hidden_state "
+               "false, no fc over three layers) and shares the target's embedding; its names were checked against "
+               "the engines' loaders read at a recorded commit, but it was not run in vLLM or SGLang here")
+SGLANG_TREE = ("SGLang grows its tree dynamically; the prediction is the static DP tree with the same budget, "
+               "depth and widest branching")
+
+
+def _kind(source: str) -> str:
+    return source.partition(":")[0]
+
+
+def _hub_notes(engine: str, source: str, names: ModelNames) -> tuple[str, ...]:
+    """One line per model the command names by its hub repository instead of specplan's GGUF."""
+    models = [names.target] + ([source.partition(":")[2]] if _kind(source) == "model" else [])
+    return tuple(HUB_NOTE.format(source=model) for model in dict.fromkeys(models)
+                 if model in HUB_IDS and names.name(model, engine) == HUB_IDS[model])
+
+
+def engine_notes(engine: str, stage: Stage | None, source: str, names: ModelNames) -> tuple[str, ...]:
+    """Notes for ``engine`` running ``stage`` drafted by ``source`` (no stage: plain decoding)."""
+    notes = [MEASURED_HERE]
+    if stage is None:
+        notes.append(f"no drafter that {engine} can run beats plain decoding: the command has no speculative "
+                     "option and serves without speculation")
+    if engine == "sglang":
+        notes += [SGLANG_TREE] if stage is not None and stage.shape.kind == "tree" else []
+        notes += [SGLANG_TRIE] if _kind(source) == "ngram" else []
+        notes += [SGLANG_CPU] if names.device == "cpu" and stage is not None else []
+    if engine == "transformers" and stage is not None:
+        notes += [TRANSFORMERS_BATCH] + ([TRANSFORMERS_TOKENS] if _kind(source) != "ngram" else [])
+    if engine in ("vllm", "sglang") and _kind(source) == "head" and stage is not None:
+        notes.append(EAGLE3_HEAD)
+    if engine == "llama.cpp" and _kind(source) == "ngram":
+        notes.append(LLAMA_NGRAM)
+    if engine != "llama.cpp":
+        notes += _hub_notes(engine, source, names)
+    return tuple(notes)

@@ -1,0 +1,148 @@
+"""Export the schedule per batch size (planner-math.md sections 10 and 11.3).
+
+vLLM switches the number of draft tokens by batch size: ``num_speculative_tokens_per_batch_size``,
+a list of ``(range_start, range_end, num_speculative_tokens)`` with inclusive batch ranges
+(``SpeculativeConfig`` at vLLM commit 002e77c1f0ef, recorded in tests/data/engines/). One
+drafter (``method``, ``model``) serves every load, so the schedule keeps the drafter the engine's
+batch-1 plan chose and re-solves its chain length at every batch (0 draft tokens where plain
+decoding wins). The other engines take one setting for all loads (SGLang's adaptive mode follows
+the acceptance rate, not the batch size): their batch-1 setting is costed at every batch and the
+loss against the best they could run there is stated.
+
+Per batch ``b`` three ms-per-token figures (one sequence of the batch, :func:`.batch.batch_view`):
+``engine_ms`` (what the exported command runs), ``best_engine_ms`` (the engine's best at ``b`` if
+it could switch freely) and ``unrestricted_ms`` (specplan's schedule at ``b``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, replace
+
+from specplan.core.errors import PlanError
+from specplan.core.plan import Plan, Prediction, Stage
+from specplan.core.profile import Profile
+
+from ..batch import batch_view, scheduled_batches
+from .plan import _solve_quietly, export_plan
+from .models import ModelNames
+from ..options import PlanOptions
+from ..simulate import closed_form, plan_stages
+
+OPEN_END = 1 << 20  # the last vLLM range covers every larger batch
+PER_BATCH_ENGINES = ("vllm",)
+
+
+@dataclass(frozen=True)
+class BatchExportRow:
+    batch: int
+    stage: Stage | None  # what the exported command runs at this batch (None: no draft tokens)
+    engine_ms: float
+    best_engine_ms: float
+    unrestricted_ms: float
+
+    @property
+    def loss(self) -> float:
+        """The exported setting against specplan's schedule at this batch, ms/token."""
+        return self.engine_ms / self.unrestricted_ms - 1.0
+
+    @property
+    def fixed_loss(self) -> float:
+        """The exported setting against the engine's own best at this batch (the cost of one setting)."""
+        return self.engine_ms / self.best_engine_ms - 1.0
+
+
+@dataclass(frozen=True)
+class ScheduleExport:
+    engine: str
+    per_batch: bool  # the engine switches its setting by batch size
+    rows: tuple[BatchExportRow, ...]
+    ranges: tuple[tuple[int, int, int], ...] = ()  # vLLM: (range_start, range_end, num_speculative_tokens)
+
+    def lines(self) -> list[str]:
+        """One line per batch: the setting, and its loss against the schedule and the engine's best."""
+        how = "per batch size" if self.per_batch else "one setting for all loads"
+        lines = [f"schedule ({self.engine}, {how}):"]
+        for row in self.rows:
+            setting = f"gamma {row.stage.shape.gamma}" if row.stage is not None and row.stage.shape.kind == "sequence" \
+                else ("no draft tokens" if row.stage is None else f"{row.stage.shape.kind}")
+            lines.append(f"  batch {row.batch}: {setting}, {row.engine_ms:.3f} ms/token per sequence; "
+                         f"loss {row.loss:+.1%} vs the schedule, {row.fixed_loss:+.1%} vs the engine's best at this batch")
+        return lines
+
+
+def _with_only(profile: Profile, drafter: str) -> Profile:
+    """``profile`` with the target and ``drafter`` only (its acceptance by the target)."""
+    target = profile.target.id
+    return replace(profile, models=tuple(m for m in profile.models if m.id in (target, drafter)),
+                   retrieval=tuple(r for r in profile.retrieval if r.id == drafter),
+                   acceptance=tuple(a for a in profile.acceptance if a.drafter == drafter and a.verifier == target))
+
+
+def _stage_ms(stage: Stage | None, view: Profile, plain_ms: float, temperature: float) -> float:
+    """ms per token of one stage (or plain decoding) on a batch view, by the closed form."""
+    if stage is None:
+        return plain_ms
+    plan = Plan("", "", {}, view.target.id, temperature, (stage,), Prediction(1.0, 1.0, 1.0, 1.0))  # costed below
+    try:
+        return closed_form(plan_stages(plan, view))
+    except (PlanError, ValueError, IndexError, ZeroDivisionError):
+        return float("inf")
+
+
+def _ranges(rows: tuple[BatchExportRow, ...]) -> tuple[tuple[int, int, int], ...]:
+    """Inclusive batch ranges -> draft tokens, adjacent equal settings merged; the last range open.
+
+    >>> from specplan.core.plan import StageShape
+    >>> seq = lambda g: Stage("d", "t", StageShape("sequence", gamma=g))
+    >>> rows = tuple(BatchExportRow(b, s, 1, 1, 1) for b, s in ((1, seq(4)), (2, seq(4)), (4, seq(2)), (8, None)))
+    >>> _ranges(rows)
+    ((1, 3, 4), (4, 7, 2), (8, 1048576, 0))
+    """
+    ranges: list[list[int]] = []
+    for index, row in enumerate(rows):
+        end = rows[index + 1].batch - 1 if index + 1 < len(rows) else OPEN_END
+        tokens = row.stage.shape.gamma if row.stage is not None else 0
+        if ranges and ranges[-1][2] == tokens:
+            ranges[-1][1] = end
+        else:
+            ranges.append([row.batch, end, tokens])
+    return tuple(tuple(entry) for entry in ranges)
+
+
+def export_schedule(profile: Profile, engine_name: str, options: PlanOptions | None = None,
+                    batches: tuple[int, ...] | None = None, names: ModelNames | None = None) -> ScheduleExport:
+    """The engine's setting at every batch of the profile's T(n, b), with its losses (see the module)."""
+    options = options or PlanOptions()
+    first = export_plan(batch_view(profile, 1), engine_name, options, names=names)
+    drafter = first.stage.drafter if first.stage is not None else None
+    per_batch = first.engine in PER_BATCH_ENGINES and drafter is not None
+    rows = []
+    for batch in scheduled_batches(profile, batches):
+        view = batch_view(profile, batch)
+        result = first if batch == 1 else export_plan(view, engine_name, options, names=names)
+        plain_ms = next(c.ms_per_token for c in result.unrestricted.candidates if not c.stages)
+        if per_batch:
+            chain_options = replace(options, shapes=("sequence",), max_stages=min(1, options.max_stages))
+            own = _solve_quietly(_with_only(view, drafter), chain_options)
+            stage = own.plan.stages[-1] if own.plan.stages else None
+            engine_ms = own.plan.predicted.ms_per_token
+        else:
+            stage, engine_ms = first.stage, _stage_ms(first.stage, view, plain_ms, options.temperature)
+        rows.append(BatchExportRow(batch, stage, engine_ms, result.restricted.plan.predicted.ms_per_token,
+                                   result.unrestricted.plan.predicted.ms_per_token))
+    rows = tuple(rows)
+    return ScheduleExport(first.engine, per_batch, rows, _ranges(rows) if per_batch else ())
+
+
+def vllm_schedule_command(command: str, ranges: tuple[tuple[int, int, int], ...]) -> str:
+    """``command`` (a ``vllm serve ... --speculative-config JSON``) with the per-batch-size schedule;
+    ``num_speculative_tokens`` becomes the schedule's largest (the most a request is drafted)."""
+    words = shlex.split(command)
+    index = words.index("--speculative-config") + 1
+    config = json.loads(words[index])
+    config["num_speculative_tokens"] = max(tokens for _, _, tokens in ranges)
+    config["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in ranges]
+    words[index] = json.dumps(config)
+    return shlex.join(words)
