@@ -16,7 +16,7 @@ no solver) and any layer may record :data:`__version__` without importing the AP
 
 from specplan.core.version import __version__
 
-_API = ("Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
+_API = ("Batch", "Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
         "solve_detailed")
 __all__ = ["__version__", *_API]
 
