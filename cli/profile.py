@@ -17,7 +17,8 @@ from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts
 from specplan.core.workloads import WORKLOADS, workload_split
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
-LLAMA_CPP_DRAFTERS = ("ngram:3", "ngram:5", "ngram:8:3", "recycle", "cache")  # layer skipping needs the torch backend
+LLAMA_CPP_DRAFTERS = ("ngram:3", "ngram:5", "ngram:8:3", "ngram:12:12", "recycle", "cache")  # layer skipping needs
+# the torch backend; ngram:12:12 drafts where the last 12 tokens recur, as llama-server's ngram-simple does
 MIN_CONTEXT, MAX_CONTEXT = 16, 32768  # cached tokens a latency measurement may sit on
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 # (at most 64 in the stored profiles) T(n) is extrapolated, so larger trees are guesses anyway.
 MAX_TREE_BUDGET = 256
 # Deepest tree, and longest draft chain (gamma), the planner searches or a plan may hold.
-MAX_DEPTH = 32
+MAX_DEPTH = 64
+# Longest chain a profile counts a match-only lookup's acceptance over (``ngram:N:K``, K >= 2), and so
+# the longest the planner may choose for one: the widest verify a latency curve times (64) less its root.
+LONGEST_LOOKUP_CHAIN = 63
 # Stages in a chain drafter -> ... -> target that a plan may list.
 MAX_STAGES = 8
 # Size of a YAML document specplan reads (profiles, plans, SKU tables, manifests): the stored

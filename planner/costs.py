@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 
 from specplan.core.profile import AcceptanceEntry, Profile
 
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from .latency import LatencyTable, latency_table
-from .options import LONGEST_PROFILED_GAMMA, PlanOptions
+from .options import PlanOptions
 from .sequence import expected_accepted, expected_verify_ms
 from .tree_dp import TreeChoice, choose_graft_tree, choose_tree
 
@@ -125,17 +126,18 @@ def _graft(model: CostModel, profile: Profile, drafter: str, verifier: str, opti
 
 def pair_gammas(entry: AcceptanceEntry, options: PlanOptions) -> tuple[int, ...]:
     """The chain lengths a pair is costed at: ``options.gammas``, and with ``profiled_gammas`` every
-    longer one its histogram measured (a lookup profiled at G = 16 may be planned at 16; never one
-    read from the constant-rate extrapolation alone).
+    longer one its histogram measured, up to :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN` (a
+    lookup profiled at G = 63 may be planned at 63; never a chain read from the constant-rate
+    extrapolation alone).
 
-    >>> entry = AcceptanceEntry("ngram-8-3", "target", 0.0, 0.9, 16, tuple([1] * 17))
+    >>> entry = AcceptanceEntry("ngram-8-3", "target", 0.0, 0.9, 63, tuple([1] * 64))
     >>> pair_gammas(entry, PlanOptions(gammas=(1, 2), profiled_gammas=True))[-1]
-    16
+    63
     """
     if not options.profiled_gammas:
         return options.gammas
     measured = entry.gamma if entry.accepted_hist and sum(entry.accepted_hist) > 0 else 0
-    longer = range(max(options.gammas) + 1, min(measured, LONGEST_PROFILED_GAMMA) + 1)
+    longer = range(max(options.gammas) + 1, min(measured, LONGEST_LOOKUP_CHAIN) + 1)
     return (*options.gammas, *longer)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN, MAX_DEPTH, MAX_TREE_BUDGET
 from specplan.core.plan import SHAPE_KINDS
 
 from .validate import PlannerInputError
@@ -33,7 +33,7 @@ class PlanOptions:
     rounds used to check the chosen plan (0 = skip); ``seed``: its random seed;
     ``tree_drafters``: the drafters that may grow tree stages (None: every drafter);
     ``profiled_gammas``: also try every gamma up to the chain length a pair was profiled at (up to
-    :data:`LONGEST_PROFILED_GAMMA`; a match-only lookup is profiled with longer chains than a model).
+    :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`; a match-only lookup is profiled with longer chains than a model).
     """
 
     max_budget: int = 64
@@ -63,7 +63,7 @@ class PlanOptions:
     @property
     def table_size(self) -> int:
         """Largest n for which T(n) is precomputed (tree budgets, gamma + 1, overshoot)."""
-        longest = max(max(self.gammas), LONGEST_PROFILED_GAMMA if self.profiled_gammas else 0)
+        longest = max(max(self.gammas), LONGEST_LOOKUP_CHAIN if self.profiled_gammas else 0)
         return max(self.max_budget, 2 * longest + 2)
 
 
@@ -72,7 +72,6 @@ class PlanOptions:
 RUNTIME_SHAPES = ("sequence", "tree")
 RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/hierarchy.py)
 DEFAULT_DEPTH = 8  # `--max-depth` when not given: trees, and chains of pairs profiled at 8
-LONGEST_PROFILED_GAMMA = 16  # the longest chain a profile measures (a match-only lookup's; profiler/run.py)
 
 
 def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperature: float = 0.0) -> PlanOptions:

@@ -40,6 +40,7 @@ from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
 from specplan.profiler.batch_overhead import measure_batch_overhead, repeated_to
 from specplan.profiler.curve_checkpoint import load_curves, save_curves
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.acceptance import teacher_forced_logits
 from specplan.profiler.retrieval_acceptance import replay_retrieval
@@ -52,9 +53,8 @@ class ProfileSettings:
     context: int = 256  # cached tokens under each latency measurement
     repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
     gamma: int = 8  # chain length of the accepted-length histogram
-    lookup_gamma: int = max(WIDTHS) - 1  # the same for lookups that draft only on a match (ngram:N:K, K >= 2): they
-    # draft a whole continuation when they draft at all, so chains longer than a model's can pay; the
-    # widest verify the latency curves time (64 tokens) less its root
+    lookup_gamma: int = LONGEST_LOOKUP_CHAIN  # the same for lookups that draft only on a match (ngram:N:K,
+    # K >= 2): they draft a whole continuation when they draft at all, so chains longer than a model's can pay
     rank_width: int = 8  # ranked children per position for rank_accept
     prompts_label: str = "spec-bench:calibration"
     middles: bool = True  # also measure drafters against each model drafter (candidate middle models)

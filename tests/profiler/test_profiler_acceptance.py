@@ -236,6 +236,9 @@ def test_match_only_lookups_are_profiled_with_longer_chains():
     from specplan.core.drafter_spec import parse_drafter_spec
     from specplan.profiler.run import ProfileSettings, chain_length
 
+    from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS
+
     settings = ProfileSettings.quick()
     assert chain_length(parse_drafter_spec("ngram:8:3"), settings) == settings.lookup_gamma == 63
+    assert settings.lookup_gamma + 1 == max(WIDTHS) == max(LLAMA_CPP_WIDTHS)  # its verify is one the curves time
     assert chain_length(parse_drafter_spec("ngram:5"), settings) == settings.gamma == 8
