@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from specplan.core.errors import ModelError
+from specplan.core.errors import CacheError, ModelError
 from specplan.models import registry
 from specplan.models.weights import load_causal_lm
 
@@ -118,7 +118,30 @@ def convert_gguf(gguf: Path) -> Path:
             fresh.save_pretrained(str(folder))
             tokenizer.save_pretrained(str(folder))
 
-    return open_entry(target, key, build, announce=announce)
+    try:
+        return open_entry(target, key, build, announce=announce)
+    except CacheError as error:
+        return _convert_uncached(gguf, build, error)
+
+
+def _convert_uncached(gguf: Path, build, error: CacheError) -> Path:
+    """Where the cache cannot hold the conversion (read-only, full, not a folder): convert into a
+    temporary folder of this process, removed at exit, after one line saying so; a failure there
+    too is a one-line CacheError."""
+    import atexit
+    import shutil
+    import tempfile
+
+    print(f"specplan: {error}; converting {gguf.name} into a temporary folder for this run only",
+          file=sys.stderr, flush=True)
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="specplan-convert-"))
+        atexit.register(shutil.rmtree, folder, True)
+        build(folder)
+    except OSError as again:
+        raise CacheError(f"cannot convert {gguf.name} into a temporary folder either: "
+                         f"{again.strerror or type(again).__name__}; free space or set $TMPDIR") from None
+    return folder
 
 
 def gguf_file(source: str) -> Path | None:
