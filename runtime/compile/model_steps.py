@@ -45,7 +45,8 @@ def model_step(model: torch.nn.Module, device: torch.device, runtime: RuntimeMod
 
 
 def ahead_of_time_step(model: torch.nn.Module, device: torch.device) -> AotStep | None:
-    """``model``'s package, loaded or built now; None (after one line on stderr) when it cannot be exported.
+    """``model``'s package, loaded or built now; None (after one line on stderr) when it cannot be
+    exported or the cache cannot hold it.
     Processes that need the same package take turns on its lock: one builds, the others wait and load it."""
     from specplan.models.cache_entry import EntryLock
     from specplan.runtime.compile import aot_store
@@ -54,10 +55,15 @@ def ahead_of_time_step(model: torch.nn.Module, device: torch.device) -> AotStep 
     folder = aot_store.package_folder(key)
     if aot_store.stale_reason(folder, key, model) is None:
         return aot_store.load_package(model, device, folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with EntryLock(folder):
-        if not _build_if_stale(model, device, key, folder):
-            return None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with EntryLock(folder):
+            if not _build_if_stale(model, device, key, folder):
+                return None
+    except OSError as error:  # the cache cannot hold a package (read-only, full, not a folder)
+        sys.stderr.write(f"specplan: cannot keep a compiled package in {folder.parent} "
+                         f"({error.strerror or type(error).__name__}); compiling in this process instead (runtime jit)\n")
+        return None
     return aot_store.load_package(model, device, folder)
 
 

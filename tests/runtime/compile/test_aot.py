@@ -149,6 +149,19 @@ def test_a_step_that_cannot_be_exported_falls_back_to_jit_compiled_up_front(monk
     assert "more detail" not in message and "jit" in message
 
 
+def test_a_cache_that_cannot_hold_a_package_falls_back_to_jit(monkeypatch, capsys, tmp_path):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("SPECPLAN_CACHE", str(not_a_folder))
+    model = tiny_llama("sdpa", seed=2)
+    compiled_widths = []
+    monkeypatch.setattr(model_steps, "compile_every_width", lambda step, *rest: compiled_widths.append(step))
+    step = model_steps.model_step(model, CPU, COMPILED)
+    assert isinstance(step, CompiledStep) and compiled_widths == [step]
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "cannot keep a compiled package" in message and "jit" in message
+
+
 def test_jit_runtime_never_touches_packages(monkeypatch):
     monkeypatch.setattr(model_steps, "ahead_of_time_step", _refuse_build)
     model = tiny_llama("sdpa", seed=3)
