@@ -78,7 +78,7 @@ def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperat
     """The options ``specplan plan`` solves with: the shapes and chain lengths the runtime executes,
     trees up to ``max_depth`` deep and chains of every gamma up to it. ``max_depth`` None (no
     ``--max-depth``): trees up to :data:`DEFAULT_DEPTH`, chains up to the longer of that and the
-    length each pair was profiled at (``profiled_gammas``; a match-only lookup's 16)."""
+    length each pair was profiled at (``profiled_gammas``; a match-only lookup's :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`)."""
     profiled = max_depth is None
     max_depth = DEFAULT_DEPTH if max_depth is None else max_depth
     check_search_limits(max_budget, max_depth)

@@ -101,10 +101,11 @@ def chain_length(spec: DrafterSpec, settings) -> int:
 
 def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_rank_accept=(),
            verifier: str = "target") -> AcceptanceEntry:
+    accepted_hist = counter.accepted_hist  # censored rounds completed once
     return AcceptanceEntry(
         drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=counter.gamma,
-        accepted_hist=counter.accepted_hist, rank_accept=counter.rank_accept,
-        retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(counter.accepted_hist),
+        accepted_hist=accepted_hist, rank_accept=counter.rank_accept,
+        retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(accepted_hist),
         drafted_hist=tuple(counter.drafted_hist),
     )
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specplan.core.errors import SpecplanError
-from specplan.core.files import read_json_object, write_text_atomic
+from specplan.core.files import read_json_object
 from specplan.models.cache_entry import open_entry
 from specplan.quant.methods import NF4_BLOCK, QuantMethod, parse_method, pick_group_size
 
@@ -136,7 +136,7 @@ def _build(method: QuantMethod, source_dir: str, folder: Path, manifest: dict, c
     seconds = time.perf_counter() - start
     manifest = {**manifest, "calibration": {"prompts": "spec-bench:calibration", "count": count},
                 "seconds": round(seconds, 1)}
-    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # open_entry syncs and publishes the folder
     return seconds
 
 
