@@ -16,6 +16,7 @@ from specplan.planner.options import runtime_options
 from specplan.cli.options import TEMPERATURE, integer, number
 from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
 from specplan.planner.options import RUNTIME_MAX_STAGES
+from specplan.planner.horizon import MAX_HORIZON
 
 
 def add_parser(commands) -> None:
@@ -27,6 +28,10 @@ def add_parser(commands) -> None:
                         help="largest draft depth / gamma to consider (default: trees 8 deep, chains up to the "
                              "length the profile measured, 8, or 16 for a lookup that drafts only on a match)")
     parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="decoding temperature the plan is for")
+    parser.add_argument("--horizon", type=integer(1, MAX_HORIZON), default=None, metavar="TOKENS",
+                        help="cost chains over answers of this many tokens, as the runtime caps a draft at the budget's "
+                             "end (default: endless answers; set it to your usual --max-new-tokens when long lookup "
+                             "chains are in play)")
     parser.add_argument("--explain", action="store_true", help="print every candidate's cost terms")
     parser.add_argument("--stages", type=integer(0, RUNTIME_MAX_STAGES), default=None, metavar="S",
                         help="take the best configuration with exactly S stages (e.g. 2: drafter -> middle model -> "
@@ -54,9 +59,10 @@ def add_parser(commands) -> None:
 
 def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, max_budget: int, max_depth: int | None,
                      temperature: float, explain: bool, stages: int | None = None,
-                     batches: tuple[int, ...] | None = None, adaptive: bool = False, batched: bool = False) -> Plan:
+                     batches: tuple[int, ...] | None = None, adaptive: bool = False, batched: bool = False,
+                     horizon: int | None = None) -> Plan:
     """Solve (:func:`specplan.api.solve_plan_file`), write ``plan_path`` and print what was chosen."""
-    solution = solve_plan_file(profile, profile_path, plan_path, runtime_options(max_budget, max_depth, temperature),
+    solution = solve_plan_file(profile, profile_path, plan_path, runtime_options(max_budget, max_depth, temperature, horizon),
                                stages=stages, batches=batches, adaptive=adaptive, batched=batched)
     plan, result, scheduled = solution.plan, solution.result, solution.schedule
     save_plan(plan, plan_path)
@@ -98,6 +104,6 @@ def command(args) -> int:
         check_batch_sizes(profile, batches)  # before any solving: one line, no work
     solve_and_write(profile, Path(args.profile), output, max_budget=args.max_budget, max_depth=args.max_depth,
                      temperature=args.temperature, explain=args.explain, stages=args.stages, batches=batches,
-                    adaptive=args.adaptive, batched=args.batched)
+                    adaptive=args.adaptive, batched=args.batched, horizon=args.horizon)
     return 0
 

@@ -21,6 +21,7 @@ from specplan.core.profile import AcceptanceEntry, Profile
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from .latency import LatencyTable, latency_table
 from .options import PlanOptions
+from .horizon import horizon_chain
 from .sequence import expected_accepted, expected_verify_ms
 from .tree_dp import TreeChoice, choose_graft_tree, choose_tree
 
@@ -40,11 +41,18 @@ class CostModel:
     # (drafter, verifier) -> gamma -> V(gamma), the verify forward's expected ms where a retrieval
     # drafter's lookup may draft fewer than gamma tokens (planner-math.md section 1); else T_v(gamma + 1)
     expected_verify: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    # (drafter, verifier) -> gamma -> draft tokens asked for per round where the chain is costed over a
+    # finite answer (planner/horizon.py: shorter near the budget's end); else gamma
+    drafted: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
 
     def verify_ms(self, drafter: str, verifier: str, gamma: int) -> float:
         """The verify forward of a ``gamma``-chain stage: V(gamma) when measured, else T_v(gamma + 1)."""
         expected = self.expected_verify.get((drafter, verifier), {}).get(gamma)
         return expected if expected is not None else self.latency[verifier](gamma + 1)
+
+    def draft_tokens(self, drafter: str, verifier: str, gamma: int) -> float:
+        """Draft tokens a ``gamma``-chain stage asks for per round: gamma, or gamma_H over a finite answer."""
+        return self.drafted.get((drafter, verifier), {}).get(gamma, float(gamma))
 
     def draft_call(self, drafter: str, width: int) -> float:
         """One draft forward of ``width`` nodes: T_j(width) or the retrieval call."""
@@ -168,14 +176,25 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
             if entry is None:
                 continue
             if "sequence" in options.shapes:
-                gammas = pair_gammas(entry, options)
-                model.accepted[drafter, verifier] = {g: expected_accepted(entry, g) for g in gammas}
-                if entry.drafted_hist:
-                    model.expected_verify[drafter, verifier] = {
-                        g: expected_verify_ms(entry, g, tables[verifier]) for g in gammas}
+                _chains(model, entry, pair_gammas(entry, options), options.horizon if verifier == target else None)
             if "tree" in options.shapes and (options.tree_drafters is None or drafter in options.tree_drafters):
                 tree = _graft(model, profile, drafter, verifier, options, _tree(model, entry, options, messages))
                 if tree is not None and math.isfinite(tree.ms_per_token):
                     model.trees[drafter, verifier] = tree
     return CostModel(target, models, retrieval, tables, call_ms, model.accepted, model.trees, tuple(messages),
-                     model.expected_verify)
+                     model.expected_verify, model.drafted)
+
+
+def _chains(model: CostModel, entry: AcceptanceEntry, gammas: tuple[int, ...], horizon: int | None) -> None:
+    """E(gamma) and V(gamma) of a pair's chains (docs/planner-math.md section 1): steady state, or with
+    ``horizon`` (the target's stages only) over an answer of that many tokens (planner/horizon.py)."""
+    pair, latency = (entry.drafter, entry.verifier), model.latency[entry.verifier]
+    if horizon is None:
+        model.accepted[pair] = {g: expected_accepted(entry, g) for g in gammas}
+        if entry.drafted_hist:
+            model.expected_verify[pair] = {g: expected_verify_ms(entry, g, latency) for g in gammas}
+        return
+    chains = {g: horizon_chain(entry, g, horizon, latency) for g in gammas}
+    model.accepted[pair] = {g: chain.accepted for g, chain in chains.items()}
+    model.expected_verify[pair] = {g: chain.verify_ms for g, chain in chains.items()}
+    model.drafted[pair] = {g: chain.drafted for g, chain in chains.items()}

@@ -80,7 +80,7 @@ def stage_cost(costs: CostModel, values_below: dict[str, float], verifier: str, 
         stage = Stage(choice.drafter, verifier, shape)
         return StageCost(stage, tree.draft_ms, tree.verify_ms, tree.tree.value, tree.ms_per_token)
     gamma = choice.gamma
-    draft = gamma * draft_ms_per_token(costs, values_below, choice.drafter)
+    draft = costs.draft_tokens(choice.drafter, verifier, gamma) * draft_ms_per_token(costs, values_below, choice.drafter)
     verify = costs.verify_ms(choice.drafter, verifier, gamma)  # T_i(gamma + 1), or V(gamma) of a lookup
     accepted = costs.accepted[choice.drafter, verifier][gamma]
     stage = Stage(choice.drafter, verifier, StageShape("sequence", gamma=gamma))

@@ -60,7 +60,7 @@ def _rows(costs: CostModel, max_stages: int) -> tuple[list[dict[int, float]], li
                 verify = costs.verify_ms(choice.drafter, verifier, choice.gamma)
                 if not math.isfinite(verify):
                     continue
-                rows.append({here: 1.0, index[stages - 1, choice.drafter]: -choice.gamma / accepted})
+                rows.append({here: 1.0, index[stages - 1, choice.drafter]: -costs.draft_tokens(choice.drafter, verifier, choice.gamma) / accepted})
                 rhs.append(verify / accepted)
     return rows, rhs, upper
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN, MAX_DEPTH, MAX_TREE_BUDGET
 from specplan.core.plan import SHAPE_KINDS
 
+from .horizon import MAX_HORIZON
 from .validate import PlannerInputError
 
 
@@ -33,7 +34,9 @@ class PlanOptions:
     rounds used to check the chosen plan (0 = skip); ``seed``: its random seed;
     ``tree_drafters``: the drafters that may grow tree stages (None: every drafter);
     ``profiled_gammas``: also try every gamma up to the chain length a pair was profiled at (up to
-    :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`; a match-only lookup is profiled with longer chains than a model).
+    :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`; a match-only lookup is profiled with longer chains than a model);
+    ``horizon``: tokens per answer the target's chain stages are costed over (None: an endless answer, the
+    steady state; planner/horizon.py, docs/planner-math.md section 1, "A finite answer").
     """
 
     max_budget: int = 64
@@ -47,8 +50,11 @@ class PlanOptions:
     seed: int = 0
     tree_drafters: frozenset[str] | None = None
     profiled_gammas: bool = False
+    horizon: int | None = None
 
     def __post_init__(self) -> None:
+        if self.horizon is not None and not 1 <= self.horizon <= MAX_HORIZON:
+            raise PlannerInputError(f"horizon {self.horizon} is out of range; use 1 to {MAX_HORIZON} tokens per answer")
         check_search_limits(self.max_budget, self.max_depth, "max_budget", "max_depth")
         if not self.gammas or min(self.gammas) < 1 or max(self.gammas) > MAX_DEPTH:
             raise PlannerInputError(f"gammas must be a non-empty list of integers from 1 to {MAX_DEPTH}, got {self.gammas}")
@@ -74,7 +80,8 @@ RUNTIME_MAX_STAGES = 3  # drafter -> middle -> ... -> target (runtime/drafters/h
 DEFAULT_DEPTH = 8  # `--max-depth` when not given: trees, and chains of pairs profiled at 8
 
 
-def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperature: float = 0.0) -> PlanOptions:
+def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperature: float = 0.0,
+                    horizon: int | None = None) -> PlanOptions:
     """The options ``specplan plan`` solves with: the shapes and chain lengths the runtime executes,
     trees up to ``max_depth`` deep and chains of every gamma up to it. ``max_depth`` None (no
     ``--max-depth``): trees up to :data:`DEFAULT_DEPTH`, chains up to the longer of that and the
@@ -86,4 +93,4 @@ def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperat
         raise PlannerInputError(f"--temperature {temperature} must be a finite number >= 0")
     return PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
                        shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature,
-                       profiled_gammas=profiled)
+                       profiled_gammas=profiled, horizon=horizon)

@@ -181,7 +181,7 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
     plan = _plan(profile, options, best, rows, costs, profile_path, profile_sha256,
                  {"method": "dp", "seconds": round(seconds, 6), "checked_by": "lp",
                   "lp_agrees": agrees, "lp_max_relative_gap": float(gap) if math.isfinite(gap) else -1.0,
-                  "overshoot_rule": OVERSHOOT_RULE})
+                  "overshoot_rule": OVERSHOOT_RULE, **({} if options.horizon is None else {"horizon": options.horizon})})
     plan, simulation = _simulated(plan, profile, options)
     status = "optimal" if agrees else "unverified"
     message = f"{best.summary}: {best.ms_per_token:.3f} ms/token; {lp_message}; {len(messages)} warning(s)"

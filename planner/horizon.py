@@ -1,0 +1,91 @@
+"""A chain stage over a finite answer: the budget's end (docs/planner-math.md section 1, "A finite answer").
+
+Section 1's ``L = (gamma * t_draft + V(gamma)) / E(gamma)`` is the long-run time per token of an
+endless answer (renewal-reward, arXiv 2211.17192's i.i.d. rounds). An answer of ``H`` tokens ends:
+the runtime caps a round that starts with ``r`` tokens left at a chain of ``min(gamma, r - 1)``
+(runtime/stage.py), so no round commits past the budget, and the rounds near the end are shorter.
+For a lookup that copies in chains of up to 63 that end is a large share of a 128-token answer.
+
+With rounds i.i.d. given their cap (the model section 1 already makes), the expected totals
+over the answer follow from the tokens left ``r``, with ``g = min(gamma, r - 1)``::
+
+    rounds(r)  = 1     + sum_a P(A_g = a) * rounds(r - a - 1),      rounds(0) = 0
+    verify(r)  = V(g)  + sum_a P(A_g = a) * verify(r - a - 1)
+    drafted(r) = g     + sum_a P(A_g = a) * drafted(r - a - 1)
+
+where ``P(A_g >= a) = P(A_G >= a)`` for ``a <= g`` (section 1). The answer costs
+``drafted(H) * t_draft + verify(H)`` for ``H`` tokens, so per round, as the DP reads a stage:
+``E_H = H / rounds(H)``, ``V_H = verify(H) / rounds(H)``, ``gamma_H = drafted(H) / rounds(H)``, and
+``L_H = (gamma_H * t_draft + V_H) / E_H``. As ``H`` grows, ``L_H`` tends to ``L``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specplan.core.profile import AcceptanceEntry
+
+from .sequence import expected_verify_ms
+
+# The longest answer a plan is costed over (`specplan plan --horizon`): the recursion is O(H * gamma)
+# per chain length, and past a few thousand tokens L_H is within a per cent of the steady state.
+MAX_HORIZON = 4096
+
+
+@dataclass(frozen=True)
+class HorizonChain:
+    """Per-round means of a ``gamma`` chain over an answer of ``horizon`` tokens."""
+
+    gamma: int
+    horizon: int
+    rounds: float  # expected rounds to commit the answer
+    accepted: float  # E_H: tokens committed per round, bonus included
+    verify_ms: float  # V_H: the verify forward's expected ms per round
+    drafted: float  # gamma_H: draft tokens asked for per round
+
+
+def survival(entry: AcceptanceEntry) -> Callable[[int], float]:
+    """``a -> P(A_G >= a)`` for chains up to the entry's length: its histogram, else ``alpha ** a``."""
+    hist = entry.accepted_hist
+    total = sum(hist) if hist else 0
+    if total > 0:
+        tail = np.cumsum(np.asarray(hist, dtype=float)[::-1])[::-1] / total  # tail[a] = P(A_G >= a)
+        return lambda a: float(tail[a]) if a < len(tail) else 0.0
+    return lambda a: float(entry.alpha) ** a
+
+
+def accepted_distribution(at_least: Callable[[int], float], cap: int) -> np.ndarray:
+    """``P(A_cap = a)``, a = 0..cap: a chain of ``cap`` accepts ``a < cap`` as the longer chain does,
+    and all of it when the longer chain accepts at least ``cap``."""
+    tail = np.array([at_least(a) for a in range(cap + 1)] + [0.0])
+    shares = tail[:-1] - tail[1:]
+    shares[cap] = tail[cap]
+    return shares
+
+
+def horizon_chain(entry: AcceptanceEntry, gamma: int, horizon: int, latency: Callable[[int], float]) -> HorizonChain:
+    """The per-round means of a ``gamma`` chain verified at ``latency`` over a ``horizon``-token answer.
+
+    >>> always = AcceptanceEntry("ngram-5", "target", 0.0, 1.0, 8, (0,) * 8 + (10,))
+    >>> chain = horizon_chain(always, 8, 20, lambda n: 10.0 + n)   # 9 + 9, then a chain of 1 for the last 2
+    >>> (chain.rounds, chain.accepted, chain.verify_ms, chain.drafted)
+    (3.0, 6.666666666666667, 16.666666666666668, 5.666666666666667)
+    """
+    at_least = survival(entry)
+    rounds, verify, drafted = (np.zeros(horizon + 1) for _ in range(3))
+    cache: dict[int, tuple[np.ndarray, float]] = {}
+    for left in range(1, horizon + 1):
+        cap = min(gamma, left - 1)
+        if cap not in cache:
+            cache[cap] = (accepted_distribution(at_least, cap), expected_verify_ms(entry, cap, latency))
+        shares, verify_ms = cache[cap]
+        before = slice(left - 1 - cap, left)  # tokens left after a round that commits cap + 1 ... 1
+        rounds[left] = 1.0 + shares @ rounds[before][::-1]
+        verify[left] = verify_ms + shares @ verify[before][::-1]
+        drafted[left] = cap + shares @ drafted[before][::-1]
+    total = rounds[horizon]
+    return HorizonChain(gamma, horizon, float(total), float(horizon / total), float(verify[horizon] / total),
+                        float(drafted[horizon] / total))
