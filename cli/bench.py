@@ -9,6 +9,7 @@ from pathlib import Path
 from specplan.cli.options import NEW_TOKENS, PROMPTS, THREADS, add_runtime_option, chosen_runtime, number
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.core.outputs import check_output_folder
 from specplan.core.prompts import read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
@@ -80,8 +81,8 @@ def _gammas(text: str) -> tuple[int, ...]:
             gammas = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise SpecplanError(f"--grid-gammas {text!r} must be a range like 2-8 or a list like 2,4,8") from None
-    if not gammas or min(gammas) < 1 or max(gammas) > 16:
-        raise SpecplanError(f"--grid-gammas {text!r} must name draft lengths between 1 and 16")
+    if not gammas or min(gammas) < 1 or max(gammas) > LONGEST_LOOKUP_CHAIN:
+        raise SpecplanError(f"--grid-gammas {text!r} must name draft lengths between 1 and {LONGEST_LOOKUP_CHAIN}")
     return gammas
 
 

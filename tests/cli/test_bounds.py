@@ -31,12 +31,19 @@ def edit(path: Path, change) -> None:
     (["--max-depth", "1000000000"], "--max-depth: 1000000000 is out of range"),
     (["--max-budget", "1000000000", "--sku", "h100-sxm"], "out of range"),
     (["--temperature", "nan"], "--temperature: nan is out of range"),
+    (["--horizon", "100000"], "--horizon: 100000 is out of range"),
 ])
 def test_plan_search_is_bounded(stored, capsys, flags, fragment):
     start = time.perf_counter()
     code, err = run_cli(["plan", "profile.yaml", "-o", "out.yaml", *flags], capsys)
     assert_one_line_error(code, err, fragment)
     assert time.perf_counter() - start < 5 and not (stored / "out.yaml").exists()
+
+
+@pytest.mark.parametrize("gammas, fragment", [("64", "between 1 and 63"), ("0,4", "between 1 and 63"), ("a-b", "a range like")])
+def test_bench_grid_lengths_are_bounded(stored, capsys, gammas, fragment):
+    code, err = run_cli(["bench", "plan.yaml", "--baselines", "grid", "--grid-gammas", gammas], capsys)
+    assert_one_line_error(code, err, fragment)
 
 
 def test_export_search_is_bounded(stored, capsys):
