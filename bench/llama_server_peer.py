@@ -167,7 +167,7 @@ def measurement(response: dict, max_new_tokens: int) -> Measurement:
     seconds = prompt_s + float(timings.get("predicted_ms", 0.0)) / 1000.0
     accepted = int(timings.get("draft_n_accepted", 0))
     return Measurement(token_ids=tokens, seconds=seconds, target_forwards=max(1, len(tokens) - accepted) if tokens else 0,
-                       forward_seconds=seconds, prefill_seconds=prompt_s)
+                       forward_seconds=seconds, prefill_seconds=prompt_s, prefill_tokens=1 if tokens else 0)
 
 
 def free_port() -> int:
@@ -324,7 +324,8 @@ class LlamaServerMethod:
         if self.calls:
             measured.update({
                 "calls": self.calls,
-                "decode_tokens_per_s": round(1000.0 * self.tokens / self.predicted_ms, 2) if self.predicted_ms else None,
+                # the server's own n_gen_tps: the first token of each call comes from its prompt batch
+                "decode_tokens_per_s": round(1000.0 * (self.tokens - self.calls) / self.predicted_ms, 2) if self.predicted_ms else None,
                 "server_seconds": round(self.server_ms / 1000.0, 3), "wall_seconds": round(self.wall_s, 3)})
             if self.peer.spec_type is not None:
                 measured.update({"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted})

@@ -125,6 +125,7 @@ class LlamaCppMethod:
             target_forwards=len(log.calls),  # the prompt's eval yields the first token: every eval commits
             forward_seconds=log.seconds,
             prefill_seconds=log.calls[0][1] if log.calls else None,
+            prefill_tokens=1 if log.calls and tokens else 0,  # the prompt's eval yields the first token
             draft_seconds=self.draft.seconds - drafted if self.draft is not None else None,
         )
 

@@ -38,6 +38,10 @@ class Measurement:
     verify_forward_seconds: float | None = None  # target forwards after the prefill, runtime methods only
     verify_widths: tuple[int, ...] = ()  # [target_forwards] new tokens in each verify forward (runtime)
     configurations: tuple[dict, ...] = ()  # an adaptive plan's: each configuration that ran, its rounds and tokens
+    # new tokens the prefill itself yielded: 1 where the forward over the whole prompt gives the first token
+    # (llama-server, llama-cpp-python's generate, transformers), 0 for the runtime, whose prefill reads the
+    # prompt less its last token and whose first round yields the first token
+    prefill_tokens: int = 0
 
     @property
     def new_tokens(self) -> int:
@@ -51,6 +55,13 @@ class Measurement:
     def decode_seconds(self) -> float | None:
         """Wall time after the prefill (what the planner's ms-per-token prediction covers)."""
         return None if self.prefill_seconds is None else self.seconds - self.prefill_seconds
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens the decode forwards yielded over the time after the prefill (llama-server's own
+        ``predicted_per_second`` convention: the prefill's token is not a decode step's)."""
+        decode = self.decode_seconds
+        return (self.new_tokens - self.prefill_tokens) / decode if decode else None
 
     @property
     def mean_accepted(self) -> float:
@@ -92,11 +103,11 @@ class Row:
 
     def to_dict(self) -> dict:
         m = self.measurement
-        decode = m.decode_seconds
+        decode = m.decode_tokens_per_s
         return {
             "prompt_id": self.prompt_id, "category": self.category, "method": self.method,
             "new_tokens": m.new_tokens, "seconds": round(m.seconds, 4), "tokens_per_s": round(m.tokens_per_s, 3),
-            "decode_tokens_per_s": round(m.new_tokens / decode, 3) if decode else None,
+            "decode_tokens_per_s": round(decode, 3) if decode is not None else None,
             "speedup": round(self.speedup, 4), "target_forwards": m.target_forwards,
             "mean_accepted": round(m.mean_accepted, 4), "overhead_share": round(m.overhead_share, 4),
             "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None else round(self.predicted_tokens_per_s, 3),

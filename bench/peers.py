@@ -138,6 +138,7 @@ class GenerateMethod:
             target_forwards=len(clock.calls["target"]),  # every target forward of generate commits tokens
             forward_seconds=clock.seconds(),
             prefill_seconds=clock.prompt_seconds(len(prompt_ids)) if self.prefill_from_hooks else None,
+            prefill_tokens=1 if self.prefill_from_hooks and new else 0,  # generate's prompt forward yields the first token
             draft_seconds=clock.seconds("assistant") if self.assistant is not None else None,
         )
 

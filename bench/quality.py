@@ -41,6 +41,7 @@ def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int],
     """Measured per-round terms (ms) of a runtime method; ``latency(n)`` is the profiled T_target(n)."""
     rounds = sum(m.target_forwards for m in measurements)
     tokens = sum(m.new_tokens for m in measurements)
+    decoded = tokens - sum(m.prefill_tokens for m in measurements)  # a peer's first token is its prefill's
     if not rounds or any(m.decode_seconds is None for m in measurements):
         return None
     decode = sum(m.decode_seconds for m in measurements)
@@ -55,8 +56,8 @@ def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int],
         "mean_verify_width": sum(widths) / len(widths) if widths else None,
         "accepted": tokens / rounds,
         "other_ms": 1000.0 * max(0.0, decode - draft - verify) / rounds,
-        "ms_per_token": 1000.0 * decode / tokens if tokens else None,
-        "decode_tokens_per_s": tokens / decode if decode > 0 else None,
+        "ms_per_token": 1000.0 * decode / decoded if decoded else None,
+        "decode_tokens_per_s": decoded / decode if decode > 0 else None,
         "tokens_per_s": tokens / sum(m.seconds for m in measurements),
     }
 

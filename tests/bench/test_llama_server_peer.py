@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from specplan.bench.metrics import Measurement
+
 from specplan.runtime.llama_cpp_session import repacks_weights
 from specplan.bench.llama_server_peer import (
     ServerPeer,
@@ -97,6 +99,17 @@ def test_a_response_as_a_measurement():
     assert plain.target_forwards == 2
 
 
+def test_the_servers_decode_rate_leaves_out_the_token_its_prompt_batch_gave():
+    """llama-server's first token comes from the prompt batch (its n_gen_steps is n - 1), where the
+    runtime's comes from its first round: decode rates count the decode steps' tokens only."""
+    response = {"tokens": [5, 6, 7, 8, 2], "timings": {"prompt_ms": 100.0, "predicted_ms": 200.0}}
+    server = measurement(response, 16)
+    assert server.prefill_tokens == 1 and server.decode_tokens_per_s == pytest.approx(4 / 0.2)
+    runtime = Measurement(token_ids=(5, 6, 7, 8, 2), seconds=0.3, target_forwards=5, forward_seconds=0.3,
+                          prefill_seconds=0.1)
+    assert runtime.decode_tokens_per_s == pytest.approx(5 / 0.2)
+
+
 def test_missing_binary_is_a_note(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECPLAN_LLAMA_SERVER", str(tmp_path / "missing"))
     notes: list[str] = []
@@ -157,7 +170,7 @@ def test_plain_server_decodes_as_the_llama_cpp_backend():
         prompt_ids = session.tokenize(text, add_special=False)
         engine = SpeculativeEngine(session, session.device, set(session.eos_ids))
         reference = list(engine.generate(prompt_ids, tokens, SamplingConfig()).token_ids)
-        (method,) = llama_server_peers(["llama-server"], SimpleNamespace(target=SimpleNamespace(path=str(gguf))),
+        (method,) = llama_server_peers(["llama-server"], SimpleNamespace(target=SimpleNamespace(path=str(gguf), exact=True)),
                                        1, None, notes := [])
         try:
             first = method.run(prompt_ids, tokens)
