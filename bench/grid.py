@@ -25,8 +25,11 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from specplan.core.errors import PlanError
+from specplan.core.limits import check_count
 from specplan.core.plan import Plan, Stage
 from specplan.planner import PlanOptions, solve_plan
+from specplan.planner.horizon import MAX_HORIZON
 from specplan.planner.options import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
 from specplan.planner.solve import Candidate
 from specplan.core.profile import Profile
@@ -134,13 +137,27 @@ class PlannerCosts:
         return costs
 
 
+def plan_horizon(plan: Plan) -> int | None:
+    """The answer length a plan was solved for (``solver.horizon``, ``plan --horizon``), checked; None: endless."""
+    value = plan.solver.get("horizon")
+    if value is None:
+        return None
+    try:
+        return check_count(value, "the plan's solver.horizon", 1, MAX_HORIZON)
+    except ValueError as error:
+        raise PlanError(f"{error}; re-solve the plan with `specplan plan`") from None
+
+
 def planner_costs(profile: Profile, temperature: float, gammas: tuple[int, ...] = GRID_GAMMAS,
-                  budgets: tuple[int, ...] = GRID_BUDGETS) -> PlannerCosts:
-    """Solve once with ``specplan plan``'s options, once for sequences, once per tree budget."""
+                  budgets: tuple[int, ...] = GRID_BUDGETS, horizon: int | None = None) -> PlannerCosts:
+    """Solve once with ``specplan plan``'s options, once for sequences, once per tree budget; chains
+    over answers of ``horizon`` tokens where the plan was solved so (``plan --horizon``, ``solver.horizon``)."""
     runtime = _solve(profile, PlanOptions(max_budget=PLAN_MAX_BUDGET, gammas=PLAN_GAMMAS, shapes=RUNTIME_SHAPES,
-                                          max_stages=RUNTIME_MAX_STAGES, temperature=temperature, profiled_gammas=True))
+                                          max_stages=RUNTIME_MAX_STAGES, temperature=temperature, profiled_gammas=True,
+                                          horizon=horizon))
     sequences = _solve(profile, PlanOptions(gammas=tuple(sorted(set(gammas) | set(PLAN_GAMMAS))), shapes=("sequence",),
-                                            max_stages=1, temperature=temperature, profiled_gammas=True))
+                                            max_stages=1, temperature=temperature, profiled_gammas=True,
+                                            horizon=horizon))
     trees = {budget: _solve(profile, PlanOptions(max_budget=budget, shapes=("tree",), max_stages=1,
                                                  temperature=temperature))
              for budget in sorted(set(budgets))}
@@ -229,7 +246,7 @@ def grid_points(plan: Plan, profile: Profile, gammas: tuple[int, ...] = GRID_GAM
                 drafters: tuple[str, ...] | None = None, budgets: tuple[int, ...] = GRID_BUDGETS,
                 costs: PlannerCosts | None = None) -> tuple[list[GridPoint], list[str]]:
     """The points to measure, plan first then plain decoding, and notes on what was left out."""
-    costs = costs or planner_costs(profile, plan.temperature, gammas, budgets)
+    costs = costs or planner_costs(profile, plan.temperature, gammas, budgets, plan_horizon(plan))
     notes: list[str] = []
     drafter_ids = profile.drafter_ids() if drafters is None else list(drafters)
     entries = _collect(plan, costs, tuple(gammas), drafter_ids, notes)

@@ -27,7 +27,7 @@ from specplan.planner.latency import interpolate, nearest_curve
 from specplan.core.prompts import Prompt
 from specplan.runtime import build
 from specplan.runtime.compile.warmup import compile_buckets
-from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
+from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, plan_horizon, planner_costs
 from specplan.bench.methods import EngineMethod, Method
 from specplan.bench.metrics import Measurement, Row
 from specplan.runtime.lossless import LosslessCheck, check_lossless
@@ -259,7 +259,7 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     plan, profile = runner.plan, runner.profile
     sampling = SamplingConfig(temperature=plan.temperature)
     notes: list[str] = []
-    costs = planner_costs(profile, plan.temperature, settings.grid_gammas, settings.grid_budgets)
+    costs = planner_costs(profile, plan.temperature, settings.grid_gammas, settings.grid_budgets, plan_horizon(plan))
     encoded = [(prompt, encode_prompt(runner.target.tokenizer, prompt.text)) for prompt in prompts]
     if methods is None:
         context = max(len(ids) for _, ids in encoded) + settings.max_new_tokens

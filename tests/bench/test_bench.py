@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -287,3 +288,22 @@ def test_recording_notes_a_prefill_by_advance_once(advance_through_extend):
         session.extend([7, 8])
     assert log.calls == [(5, 5.0), (1, 1.0), (2, 2.0)]
     assert "extend" not in vars(session) and "advance" not in vars(session)  # the methods are restored
+
+
+def test_the_bench_judges_a_horizon_plan_by_its_own_costs():
+    """A plan solved with --horizon is held against the same cost model in the bench's grid, and a
+    horizon read from a plan file is checked."""
+    from dataclasses import replace
+
+    from specplan.bench.grid import plan_horizon, plan_terms, planner_costs
+    from specplan.core.errors import PlanError
+    from specplan.planner import solve_plan
+    from specplan.planner.options import runtime_options
+
+    profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "cpu-qwen-llamacpp-edit-long" / "profile.yaml")
+    plan = solve_plan(profile, runtime_options(horizon=128)).plan
+    terms = plan_terms(plan, planner_costs(profile, plan.temperature, (4,), (4,), plan_horizon(plan)))
+    assert terms.ms_per_token == pytest.approx(plan.predicted.ms_per_token, rel=1e-3)
+    for bad in (10**9, "many", 2.5):
+        with pytest.raises(PlanError, match="solver.horizon"):
+            plan_horizon(replace(plan, solver={**plan.solver, "horizon": bad}))

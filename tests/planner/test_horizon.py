@@ -126,3 +126,4 @@ def test_horizon_out_of_range_is_one_line(capsys):
     assert "--horizon: 5000 is out of range" in capsys.readouterr().err
     with pytest.raises(Exception, match="horizon 0 is out of range"):
         PlanOptions(horizon=0)
+
