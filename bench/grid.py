@@ -25,11 +25,9 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from specplan.core.errors import PlanError
-from specplan.core.limits import check_count
 from specplan.core.plan import Plan, Stage
 from specplan.planner import PlanOptions, solve_plan
-from specplan.planner.horizon import MAX_HORIZON
+from specplan.planner.horizon import plan_horizon
 from specplan.planner.options import RUNTIME_MAX_STAGES, RUNTIME_SHAPES
 from specplan.planner.solve import Candidate
 from specplan.core.profile import Profile
@@ -135,17 +133,6 @@ class PlannerCosts:
             elif len(candidate.stages) == 1 and candidate.stages[0].shape.kind == "sequence":
                 costs[candidate.stages[0].drafter, candidate.stages[0].shape.gamma] = candidate_terms(candidate)
         return costs
-
-
-def plan_horizon(plan: Plan) -> int | None:
-    """The answer length a plan was solved for (``solver.horizon``, ``plan --horizon``), checked; None: endless."""
-    value = plan.solver.get("horizon")
-    if value is None:
-        return None
-    try:
-        return check_count(value, "the plan's solver.horizon", 1, MAX_HORIZON)
-    except ValueError as error:
-        raise PlanError(f"{error}; re-solve the plan with `specplan plan`") from None
 
 
 def planner_costs(profile: Profile, temperature: float, gammas: tuple[int, ...] = GRID_GAMMAS,

@@ -27,7 +27,8 @@ from specplan.planner.latency import interpolate, nearest_curve
 from specplan.core.prompts import Prompt
 from specplan.runtime import build
 from specplan.runtime.compile.warmup import compile_buckets
-from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, plan_horizon, planner_costs
+from specplan.planner.horizon import plan_horizon
+from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
 from specplan.bench.methods import EngineMethod, Method
 from specplan.bench.metrics import Measurement, Row
 from specplan.runtime.lossless import LosslessCheck, check_lossless

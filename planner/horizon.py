@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specplan.core.errors import PlanError
+from specplan.core.limits import check_count
+from specplan.core.plan import Plan
 from specplan.core.profile import AcceptanceEntry
 
 from .sequence import expected_verify_ms
@@ -47,11 +50,12 @@ class HorizonChain:
     drafted: float  # gamma_H: draft tokens asked for per round
 
 
-def survival(entry: AcceptanceEntry) -> Callable[[int], float]:
-    """``a -> P(A_G >= a)`` for chains up to the entry's length: its histogram, else ``alpha ** a``."""
+def survival(entry: AcceptanceEntry, gamma: int) -> Callable[[int], float]:
+    """``a -> P(A_G >= a)`` for a chain of ``gamma``: the entry's histogram where it covers gamma, else
+    ``alpha ** a`` (the rule of :func:`~specplan.planner.sequence.expected_accepted`)."""
     hist = entry.accepted_hist
     total = sum(hist) if hist else 0
-    if total > 0:
+    if total > 0 and gamma < len(hist):
         tail = np.cumsum(np.asarray(hist, dtype=float)[::-1])[::-1] / total  # tail[a] = P(A_G >= a)
         return lambda a: float(tail[a]) if a < len(tail) else 0.0
     return lambda a: float(entry.alpha) ** a
@@ -74,7 +78,7 @@ def horizon_chain(entry: AcceptanceEntry, gamma: int, horizon: int, latency: Cal
     >>> (chain.rounds, chain.accepted, chain.verify_ms, chain.drafted)
     (3.0, 6.666666666666667, 16.666666666666668, 5.666666666666667)
     """
-    at_least = survival(entry)
+    at_least = survival(entry, gamma)
     rounds, verify, drafted = (np.zeros(horizon + 1) for _ in range(3))
     cache: dict[int, tuple[np.ndarray, float]] = {}
     for left in range(1, horizon + 1):
@@ -89,3 +93,14 @@ def horizon_chain(entry: AcceptanceEntry, gamma: int, horizon: int, latency: Cal
     total = rounds[horizon]
     return HorizonChain(gamma, horizon, float(total), float(horizon / total), float(verify[horizon] / total),
                         float(drafted[horizon] / total))
+
+
+def plan_horizon(plan: Plan) -> int | None:
+    """The answer length a plan was solved for (``solver.horizon``, ``plan --horizon``), checked; None: endless."""
+    value = plan.solver.get("horizon")
+    if value is None:
+        return None
+    try:
+        return check_count(value, "the plan's solver.horizon", 1, MAX_HORIZON)
+    except ValueError as error:
+        raise PlanError(f"{error}; re-solve the plan with `specplan plan`") from None

@@ -1,6 +1,7 @@
 """A plan read from disk, re-checked against its profile: the prediction its stages give must be
 the one it records. A hand-edited shape (a gamma, a tree) would otherwise run under the old
 prediction; such a plan is refused unless the user forces it (``run --force``, ``bench --force``).
+A plan solved over a finite answer (``solver.horizon``) is re-costed over the same answer.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from specplan.core.errors import PlanError
 from specplan.core.plan import Plan
 from specplan.core.profile import Profile
 
+from .horizon import plan_horizon
 from .simulate import closed_form, plan_stages
 
 # The solver's own cost model and the closed form agree to 1% on every stored plan (a compiled
@@ -23,7 +25,7 @@ def check_prediction(plan: Plan, profile: Profile) -> None:
     if not plan.stages or any(s.shape.kind == "tree" and not s.shape.parents for s in plan.stages):
         return
     try:
-        ms = closed_form(plan_stages(plan, profile))
+        ms = closed_form(plan_stages(plan, profile), plan_horizon(plan))
     except (ValueError, IndexError, ZeroDivisionError) as error:
         raise PlanError(f"the plan's stages cannot be costed on its profile ({error}); re-run `specplan plan`") from None
     recorded = plan.predicted.ms_per_token

@@ -31,8 +31,9 @@ from scipy.stats import norm
 from specplan.core.errors import PlanError
 from specplan.core.parents import depth_and_width
 from specplan.core.plan import Plan
-from specplan.core.profile import Profile
+from specplan.core.profile import AcceptanceEntry, Profile
 
+from .horizon import horizon_chain
 from .latency import latency_table
 from .sequence import drafted_distribution, expected_accepted_from_histogram, expected_accepted_length
 from .tree_dp import graft_accept, graft_model_width, tree_value
@@ -84,10 +85,13 @@ class SimulationResult:
         return self.ci_low <= self.closed_form <= self.ci_high
 
 
-def closed_form(stages: Sequence[SimStage]) -> float:
-    """L of the chain: bottom (d * t + T(n)) / F or gamma-sequence, then (gamma L + T(gamma+1)) / E up."""
+def closed_form(stages: Sequence[SimStage], horizon: int | None = None) -> float:
+    """L of the chain: bottom (d * t + T(n)) / F or gamma-sequence, then (gamma L + T(gamma+1)) / E up;
+    with ``horizon`` the top sequence stage over answers of that many tokens (planner/horizon.py)."""
     level = 0.0
     for index, stage in enumerate(stages):
+        if horizon is not None and index == len(stages) - 1 and stage.kind == "sequence":
+            return _horizon_level(stage, stage.draft_ms if index == 0 else level, horizon, bottom=index == 0)
         if stage.kind == "tree":
             depth, _ = depth_and_width(stage.parents)
             value = tree_value(stage.parents, stage.rank_accept)
@@ -104,6 +108,14 @@ def closed_form(stages: Sequence[SimStage]) -> float:
             verify = sum(share * stage.verify_ms[k + 1] for k, share in enumerate(shares))
         level = (stage.gamma * draft + verify) / accepted
     return level
+
+
+def _horizon_level(stage: SimStage, draft: float, horizon: int, bottom: bool) -> float:
+    """The top chain's time per token over a ``horizon``-token answer (docs/planner-math.md section 1)."""
+    entry = AcceptanceEntry("draft", "verify", 0.0, stage.alpha, max(len(stage.accepted_hist) - 1, stage.gamma),
+                            stage.accepted_hist, drafted_hist=stage.drafted_hist if bottom else ())
+    chain = horizon_chain(entry, stage.gamma, horizon, lambda n: stage.verify_ms[n])
+    return (chain.drafted * draft + chain.verify_ms) / chain.accepted
 
 
 class _Runner:

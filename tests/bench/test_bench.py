@@ -295,7 +295,8 @@ def test_the_bench_judges_a_horizon_plan_by_its_own_costs():
     horizon read from a plan file is checked."""
     from dataclasses import replace
 
-    from specplan.bench.grid import plan_horizon, plan_terms, planner_costs
+    from specplan.bench.grid import plan_terms, planner_costs
+    from specplan.planner.horizon import plan_horizon
     from specplan.core.errors import PlanError
     from specplan.planner import solve_plan
     from specplan.planner.options import runtime_options

@@ -127,3 +127,23 @@ def test_horizon_out_of_range_is_one_line(capsys):
     with pytest.raises(Exception, match="horizon 0 is out of range"):
         PlanOptions(horizon=0)
 
+
+
+def test_a_horizon_plan_passes_its_recheck_and_an_edited_one_does_not():
+    """`run` and `bench` re-cost a plan read from disk; one solved with --horizon is re-costed over the
+    same answer (a steady-state re-check would refuse it as edited)."""
+    from dataclasses import replace
+
+    from specplan.core.errors import PlanError
+    from specplan.core.plan import StageShape
+    from specplan.planner.recheck import check_prediction
+
+    profile = load_profile(EDIT_PROFILE)
+    plan = solve_plan(profile, runtime_options(horizon=128)).plan
+    check_prediction(plan, profile)
+    with pytest.raises(PlanError, match="was it edited"):
+        check_prediction(replace(plan, solver={**plan.solver, "horizon": 8}), profile)
+    stage = plan.stages[0]
+    edited = replace(plan, stages=(replace(stage, shape=StageShape("sequence", gamma=4)),))
+    with pytest.raises(PlanError, match="was it edited"):
+        check_prediction(edited, profile)
