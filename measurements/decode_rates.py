@@ -31,9 +31,8 @@ def pooled(rows: list[dict], old: bool) -> tuple[dict, dict]:
         rate = row.get("decode_tokens_per_s")
         if not rate:
             continue
-        first = 1 if old and row["method"] not in RUNTIME_METHODS else 0
-        tokens = row["new_tokens"] - first
-        seconds = (row["new_tokens"] if old else tokens) / rate
+        tokens = row["new_tokens"] - (0 if row["method"] in RUNTIME_METHODS else 1)  # a peer's first is its prefill's
+        seconds = (row["new_tokens"] if old else tokens) / rate  # an old row's rate counted every token
         for key, table in ((row["method"], overall), ((row["method"], row["category"]), category)):
             table[key][0] += tokens
             table[key][1] += seconds

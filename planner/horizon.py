@@ -79,20 +79,17 @@ def horizon_chain(entry: AcceptanceEntry, gamma: int, horizon: int, latency: Cal
     (3.0, 6.666666666666667, 16.666666666666668, 5.666666666666667)
     """
     at_least = survival(entry, gamma)
-    rounds, verify, drafted = (np.zeros(horizon + 1) for _ in range(3))
-    cache: dict[int, tuple[np.ndarray, float]] = {}
+    totals = np.zeros((horizon + 1, 3))  # [tokens left] -> (rounds, verify ms, draft tokens) to the end
+    per_round: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # cap -> (P(A_cap = a), this round's terms)
     for left in range(1, horizon + 1):
         cap = min(gamma, left - 1)
-        if cap not in cache:
-            cache[cap] = (accepted_distribution(at_least, cap), expected_verify_ms(entry, cap, latency))
-        shares, verify_ms = cache[cap]
-        before = slice(left - 1 - cap, left)  # tokens left after a round that commits cap + 1 ... 1
-        rounds[left] = 1.0 + shares @ rounds[before][::-1]
-        verify[left] = verify_ms + shares @ verify[before][::-1]
-        drafted[left] = cap + shares @ drafted[before][::-1]
-    total = rounds[horizon]
-    return HorizonChain(gamma, horizon, float(total), float(horizon / total), float(verify[horizon] / total),
-                        float(drafted[horizon] / total))
+        if cap not in per_round:
+            per_round[cap] = (accepted_distribution(at_least, cap),
+                              np.array([1.0, expected_verify_ms(entry, cap, latency), cap]))
+        shares, terms = per_round[cap]
+        totals[left] = terms + shares @ totals[left - 1 - cap:left][::-1]  # a round commits 1 ... cap + 1
+    rounds, verify, drafted = (float(value) for value in totals[horizon])
+    return HorizonChain(gamma, horizon, rounds, horizon / rounds, verify / rounds, drafted / rounds)
 
 
 def plan_horizon(plan: Plan) -> int | None:
