@@ -74,13 +74,20 @@ def _by_category(report) -> list[str]:
     return lines
 
 
+def _spread(quality: dict) -> str:
+    """The measured decode rate's interval over prompts, when the report has one."""
+    interval = quality.get("measured_decode_interval")
+    return f" (95% interval over the prompts {interval[0]:.1f}-{interval[1]:.1f})" if interval else ""
+
+
 def _quality(report) -> list[str]:
     quality = report.quality
     lines = ["## Plan quality", ""]
     lines += [f"- {line}" for line in quality.get("verdict", [])]
     if "predicted_over_measured" in quality:
         lines += ["", f"Chosen plan: predicted {quality['predicted_tokens_per_s']:.1f} tok/s; measured "
-                  f"{quality['measured_decode_tokens_per_s']:.1f} tok/s after the prefill, {quality['measured_tokens_per_s']:.1f} "
+                  f"{quality['measured_decode_tokens_per_s']:.1f} tok/s after the prefill{_spread(quality)}, "
+                  f"{quality['measured_tokens_per_s']:.1f} "
                   f"end to end (predicted/measured {quality['predicted_over_measured']:.2f} and "
                   f"{quality['predicted_over_measured_end_to_end']:.2f}).", "",
                   "Cost terms per target forward (round), L = (D + V) / E (D: drafting below the target, a hierarchy's "

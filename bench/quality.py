@@ -24,17 +24,47 @@ the runtime's ``GenerationResult.draft_seconds``); V: one target forward over th
 the profiled T(n) at the widths the runtime actually verified (n-gram drafters often propose
 fewer than gamma tokens; a dynamic tree may hold fewer nodes than its budget) against the
 measured time of those forwards (the device running slower or faster than profiled).
+
+A prediction is made from the calibration prompts and measured on others, so the measured rate
+carries the spread of which prompts ran: on text that is copied all or nothing (code edits), one
+prompt's rate ranges over 2x. The report gives the 95% interval of the measured decode rate over
+prompts (the percentile bootstrap: resampling the prompts with replacement, Efron, "Bootstrap
+methods", Ann. Statist. 7(1), 1979) and says when a missed prediction lies inside it
+(docs/results.md, "Where the predictions on edits go wrong").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from specplan.bench.grid import CostTerms
 from specplan.bench.metrics import Measurement
 
 PREDICTION_GOAL = (0.9, 1.1)
 CHOICE_GOAL = 0.95
+SPREAD_LEVEL = 0.95  # the prompt-spread interval's coverage
+SPREAD_RESAMPLES = 4000
+SPREAD_SEED = 0  # fixed: a report's interval does not change from one reading to the next
+
+
+def prompt_spread(decoded: Sequence[float], seconds: Sequence[float]) -> tuple[float, float] | None:
+    """The SPREAD_LEVEL interval of the pooled decode rate sum(decoded) / sum(seconds) over
+    prompts, by the percentile bootstrap (module docstring); None for fewer than 2 prompts.
+
+    >>> low, high = prompt_spread([100, 100, 100, 100], [2.0, 2.0, 4.0, 4.0])
+    >>> 25.0 <= low < 100 / 3 < high <= 50.0
+    True
+    """
+    decoded, seconds = np.asarray(decoded, dtype=float), np.asarray(seconds, dtype=float)
+    if len(decoded) < 2 or seconds.sum() <= 0:
+        return None
+    picks = np.random.default_rng(SPREAD_SEED).integers(0, len(decoded), (SPREAD_RESAMPLES, len(decoded)))
+    rates = decoded[picks].sum(axis=1) / np.maximum(seconds[picks].sum(axis=1), 1e-12)
+    tail = 100 * (1 - SPREAD_LEVEL) / 2
+    low, high = np.percentile(rates, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int], float]) -> dict | None:
@@ -48,6 +78,8 @@ def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int],
     draft = sum(m.draft_seconds or 0.0 for m in measurements)
     verify = sum(m.verify_forward_seconds or 0.0 for m in measurements)
     widths = [w for m in measurements for w in m.verify_widths]
+    spread = prompt_spread([m.new_tokens - m.prefill_tokens for m in measurements],
+                           [m.decode_seconds for m in measurements]) or (None, None)
     return {
         "rounds": rounds,
         "draft_ms": 1000.0 * draft / rounds,
@@ -58,6 +90,8 @@ def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int],
         "other_ms": 1000.0 * max(0.0, decode - draft - verify) / rounds,
         "ms_per_token": 1000.0 * decode / decoded if decoded else None,
         "decode_tokens_per_s": decoded / decode if decode > 0 else None,
+        "decode_tokens_per_s_low": spread[0],  # the prompt-spread interval (prompt_spread)
+        "decode_tokens_per_s_high": spread[1],
         "tokens_per_s": tokens / sum(m.seconds for m in measurements),
     }
 
@@ -103,6 +137,19 @@ def _describe(effect: dict | None) -> str:
             f"({100 * abs(effect['effect']):.0f}% {direction} per token from this term alone)")
 
 
+def _spread_note(predicted: CostTerms, measured: dict, quality: dict) -> str:
+    """Whether the predicted rate lies inside the measured rate's prompt-spread interval (recorded in ``quality``)."""
+    low, high = measured.get("decode_tokens_per_s_low"), measured.get("decode_tokens_per_s_high")
+    if low is None or high is None:
+        return ""
+    inside = low <= predicted.tokens_per_s <= high
+    quality.update({"measured_decode_interval": [round(low, 3), round(high, 3)], "predicted_within_prompt_spread": inside})
+    where = "inside" if inside else "outside"
+    return (f"; the prediction lies {where} the measured rate's {SPREAD_LEVEL:.0%} interval over these prompts "
+            f"({low:.1f}-{high:.1f} tok/s, resampling the prompts)"
+            + (": which prompts ran can account for the miss" if inside else ""))
+
+
 def plan_quality(plan_summary: str, predicted: CostTerms | None, plan_measured: dict | None,
                  grid: dict[str, dict], plan_name: str | None, plain: tuple[CostTerms, dict] | None = None) -> dict:
     """The two ratios, their goals, and a verdict naming the cost term that was off.
@@ -127,8 +174,9 @@ def plan_quality(plan_summary: str, predicted: CostTerms | None, plan_measured: 
             "prediction_ok": ok, "terms": effects,
         })
         line = f"prediction {'met' if ok else 'missed'}: predicted/measured {ratio:.2f} (goal {PREDICTION_GOAL[0]}-{PREDICTION_GOAL[1]})"
+        spread = _spread_note(predicted, plan_measured, quality)
         if not ok:
-            line += "; the term most off is " + _describe(worst_term(effects))
+            line += "; the term most off is " + _describe(worst_term(effects)) + spread
         quality["verdict"].append(line)
     if plain is not None and plain[1] is not None and plain[1].get("decode_tokens_per_s"):
         drift = plain[0].tokens_per_s / plain[1]["decode_tokens_per_s"]

@@ -308,3 +308,22 @@ def test_the_bench_judges_a_horizon_plan_by_its_own_costs():
     for bad in (10**9, "many", 2.5):
         with pytest.raises(PlanError, match="solver.horizon"):
             plan_horizon(replace(plan, solver={**plan.solver, "horizon": bad}))
+
+
+def test_a_missed_prediction_inside_the_prompt_spread_says_so():
+    from specplan.bench.metrics import Measurement
+    from specplan.bench.quality import measured_terms, prompt_spread
+
+    # four prompts: two decode twice as fast as the others (copying prompts), 100 tokens each
+    rows = [Measurement(tuple(range(100)), seconds, 10, seconds - 0.5, prefill_seconds=0.5, draft_seconds=0.0,
+                        verify_forward_seconds=seconds - 0.5, verify_widths=(10,) * 10)
+            for seconds in (2.5, 2.5, 4.5, 4.5)]
+    measured = measured_terms(rows, lambda n: 10.0)
+    assert measured["decode_tokens_per_s"] == pytest.approx(400 / 12)
+    assert 25.0 <= measured["decode_tokens_per_s_low"] < 400 / 12 < measured["decode_tokens_per_s_high"] <= 50.0
+    assert prompt_spread([100], [2.0]) is None and prompt_spread([100, 100], [2.0, 2.0]) == (50.0, 50.0)
+    inside = plan_quality("p", CostTerms(0.0, 100.0, 4.0, 1000 / 38), measured, {}, None)  # predicts 38 tok/s
+    assert inside["prediction_ok"] is False and inside["predicted_within_prompt_spread"] is True
+    assert "inside the measured rate's 95% interval" in inside["verdict"][0]
+    outside = plan_quality("p", CostTerms(0.0, 100.0, 4.0, 1000 / 80), measured, {}, None)
+    assert outside["predicted_within_prompt_spread"] is False and "outside" in outside["verdict"][0]

@@ -1,0 +1,146 @@
+"""Where a lookup plan's prediction goes wrong: the cost model, or the prompts?
+
+A plan whose only stage is a retrieval drafter's chain verified by the target (``ngram-12-12 ->
+target (sequence gamma 63)``) is deterministic at temperature 0: given the target's answer to a
+prompt, every round's draft, its accepted length and its verify width follow, and with the
+profile's T(n) so does the time. This replays such a plan over the target's own answers, as the
+runtime plays it (a round with r tokens left drafts at most min(gamma, r - 1); the drafter sees
+prompt + committed answer), costing each round T(drafted + 1) plus the drafter's profiled call:
+
+- on the **calibration** answers (the prompts the profile measured acceptance on; the target's
+  greedy answers are generated here, a few minutes): replayed against the plan's prediction
+  shows what the cost model's i.i.d.-round, finite-answer form (docs/planner-math.md section 1)
+  loses against the rounds themselves;
+- on the **evaluation** answers (the plan's rows of a bench report, ``--report``): replayed
+  against the bench's measured decode rate shows what the runtime's time differs from T(n) by;
+  replayed against the calibration replay shows how much the two prompt sets differ.
+
+Each rate has its 95% interval over prompts (bootstrap, bench/quality.py ``prompt_spread``), and
+the bound a drafter of these proposals could reach if it knew each round's accepted length (it
+drafts exactly the accepted tokens: the cost of the rejected ones removed).
+
+    .venv/bin/python measurements/replay_lookup.py profiles/cpu-qwen-llamacpp-edit-long/plan-h128.yaml \
+        --report profiles/cpu-qwen-llamacpp-edit-long/bench-h128-40x128 [--answers /tmp/calibration-answers.json]
+
+``--answers FILE``: the calibration answers are read from FILE when it exists and written to it
+otherwise (the generation is the slow part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+from pathlib import Path
+
+from specplan.core.quiet import quiet_libraries
+
+quiet_libraries(verbose=False)  # before torch and transformers are imported
+
+from specplan.api import Runner  # noqa: E402
+from specplan.bench.quality import prompt_spread  # noqa: E402
+from specplan.core.drafter_spec import parse_drafter_spec  # noqa: E402
+from specplan.core.workloads import workload_split  # noqa: E402
+from specplan.models.chat import encode_prompt  # noqa: E402
+from specplan.planner.latency import interpolate, nearest_curve  # noqa: E402
+from specplan.runtime.build import build_drafter  # noqa: E402
+from specplan.runtime.drafters.base import SamplingConfig  # noqa: E402
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def replay(drafter, gamma: int, prompt: list[int], answer: list[int], max_new_tokens: int,
+           round_ms, oracle: bool = False) -> tuple[float, int]:
+    """(milliseconds, rounds) of the chain rounds over ``answer``; ``oracle``: draft only the tokens accepted."""
+    drafter.reset()
+    position, milliseconds, rounds = 0, 0.0, 0
+    while position < len(answer):
+        budget = min(gamma, max_new_tokens - position - 1)
+        draft = drafter.propose(prompt + answer[:position], budget, GREEDY, None).tokens if budget > 0 else ()
+        accepted = 0
+        while accepted < len(draft) and position + accepted < len(answer) and draft[accepted] == answer[position + accepted]:
+            accepted += 1
+        milliseconds += round_ms(accepted if oracle else len(draft))
+        rounds += 1
+        position += accepted + 1
+    return milliseconds, rounds
+
+
+def calibration_answers(runner, workload: str, limit: int, max_new_tokens: int, path: Path | None) -> list[dict]:
+    """The target's greedy answers to the calibration prompts (read from / written to ``path``)."""
+    if path is not None and path.exists():
+        return json.loads(path.read_text())
+    answers = []
+    for prompt in workload_split(workload, "calibration")[:limit]:
+        ids = encode_prompt(runner.target.tokenizer, prompt.text)
+        result = runner.generate(ids, max_new_tokens, GREEDY, plain=True)
+        answers.append({"category": prompt.category, "prompt": ids, "answer": list(result.token_ids)})
+    if path is not None:
+        path.write_text(json.dumps(answers))
+    return answers
+
+
+def evaluation_answers(runner, report: dict) -> tuple[list[dict], float]:
+    """The plan's own answers in a bench report, and its measured decode rate over them."""
+    prompts = {p.prompt_id: p for p in workload_split(_workload(report), "evaluation")}
+    rows = [row for row in report["rows"] if row["method"] == "plan"]
+    answers = [{"category": row["category"], "prompt": encode_prompt(runner.target.tokenizer, prompts[row["prompt_id"]].text),
+                "answer": row["token_ids"]} for row in rows]
+    seconds = sum(row["new_tokens"] / row["decode_tokens_per_s"] for row in rows)
+    return answers, sum(row["new_tokens"] for row in rows) / seconds
+
+
+def _workload(report: dict) -> str:
+    return report["meta"]["prompt_source"].split()[0]
+
+
+def rates(answers: list[dict], play) -> dict:
+    """Per category and over all: replayed tokens/s, its prompt-spread interval, rounds."""
+    spent = [play(a["prompt"], a["answer"]) for a in answers]
+    groups = collections.defaultdict(list)
+    for answer, (milliseconds, rounds) in zip(answers, spent):
+        for key in ("all", answer["category"]):
+            groups[key].append((len(answer["answer"]), milliseconds / 1000.0, rounds))
+    table = {}
+    for key, items in groups.items():
+        tokens, seconds, rounds = (sum(column) for column in zip(*items))
+        low, high = prompt_spread([i[0] for i in items], [i[1] for i in items]) or (float("nan"),) * 2
+        table[key] = {"prompts": len(items), "tokens_per_s": tokens / seconds, "low": low, "high": high,
+                      "accepted": tokens / rounds}
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plan")
+    parser.add_argument("--report", required=True, help="a bench report folder (or its report.json) of this plan")
+    parser.add_argument("--answers", type=Path, help="cache of the calibration answers (JSON)")
+    args = parser.parse_args()
+    report_path = Path(args.report)
+    report = json.loads((report_path / "report.json" if report_path.is_dir() else report_path).read_text())
+    runner = Runner.open(args.plan).plan_runner
+    plan, profile = runner.plan, runner.profile
+    (stage,) = plan.stages
+    spec = parse_drafter_spec(profile.retrieval_entry(stage.drafter).source)
+    drafter = build_drafter(spec, runner.target, runner.device).drafter
+    call_ms = profile.retrieval_entry(stage.drafter).ms_per_call
+    curve = nearest_curve(profile.target, None)
+    round_ms = lambda drafted: interpolate(curve, drafted + 1).ms + call_ms  # noqa: E731
+    max_new = int(report["meta"]["max_new_tokens"])
+    calibration = calibration_answers(runner, _workload(report), profile.calibration.get("count", 40),
+                                      max_new, args.answers)
+    evaluation, measured = evaluation_answers(runner, report)
+    print(f"plan {plan.summary()}: predicted {plan.predicted.tokens_per_s:.1f} tok/s; measured {measured:.1f} "
+          f"decode tok/s on the report's {len(evaluation)} prompts")
+    print("| answers | drafting | category | prompts | replayed tok/s | 95% interval | accepted/round |")
+    print("|---|---|---|---:|---:|---|---:|")
+    for name, answers in (("calibration", calibration), ("evaluation", evaluation)):
+        for oracle in (False, True):
+            table = rates(answers, lambda p, a: replay(drafter, stage.shape.gamma, p, a, max_new, round_ms, oracle))
+            for key, row in sorted(table.items(), key=lambda item: item[0] != "all"):
+                print(f"| {name} | {'accepted only' if oracle else 'the plan'} | {key} | {row['prompts']} | "
+                      f"{row['tokens_per_s']:.1f} | {row['low']:.1f}-{row['high']:.1f} | {row['accepted']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
