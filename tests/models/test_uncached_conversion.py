@@ -20,7 +20,8 @@ def test_conversion_without_a_usable_cache_runs_in_a_temporary_folder(default_mo
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot build cache entry" in err[0] and "temporary folder for this run only" in err[0]
     assert not Path(folder).is_relative_to(not_a_folder) and not_a_folder.read_text().startswith("a file")
-    assert filecmp.cmp(Path(folder) / "config.json", Path(default_model_dir) / "config.json", shallow=False)
+    for name in ("config.json", "model.safetensors"):
+        assert filecmp.cmp(Path(folder) / name, Path(default_model_dir) / name, shallow=False)
 
 
 def test_a_failing_temporary_conversion_is_one_line(tmp_path, monkeypatch):
