@@ -27,7 +27,7 @@ from specplan.runtime.sampling import target_probabilities
 from specplan.runtime.session import ModelSession
 from specplan.runtime.timing import now
 from specplan.runtime.tree import DraftTree
-from specplan.runtime.verify import VerifyResult, verify_greedy, verify_sampling
+from specplan.runtime.verify import VerifyResult, verify_greedy, verify_greedy_chain, verify_sampling
 
 FOLD_LIMIT = 8  # most catch-up tokens folded into a verify forward; more (a prefill) run alone
 
@@ -156,7 +156,7 @@ class StageRunner:
         shape = tree.after_chain(prefix) if tree is not None and prefix else tree
         logits = self.verifier.extend([*prefix, *tokens], tree=shape)  # [len(prefix) + n, vocab]
         self.observe([*prefix, *tokens], logits, shape.parents if shape is not None else None)
-        return logits[len(prefix):], len(prefix)
+        return (logits[len(prefix):] if prefix else logits), len(prefix)
 
     def _keep(self, past: int, folded: int, nodes) -> None:
         """Keep the ``folded`` catch-up tokens and the tree's ``nodes`` of the last verify forward."""
@@ -199,7 +199,10 @@ class StageRunner:
         past = len(self.verifier.cached)
         tokens = [committed[-1], *proposal.tokens]
         logits, folded = self._verify_forward(tokens, None)  # logits [1 + gamma, vocab]
-        result, probs = _verify(_chain_tree(tokens, proposal, logits.shape[-1]), logits, sampling, generator)
+        if sampling.greedy:
+            result, probs = verify_greedy_chain(tokens, logits), None
+        else:
+            result, probs = _verify(_chain_tree(tokens, proposal, logits.shape[-1]), logits, sampling, generator)
         self._keep(past, folded, result.kept_nodes)
         chunk = [tokens[node] for node in result.accepted_nodes] + [result.next_token]
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None

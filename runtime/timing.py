@@ -14,7 +14,8 @@ import torch
 
 
 def synchronize(device: torch.device | str) -> None:
-    if torch.device(device).type == "cuda":
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    if kind == "cuda":
         torch.cuda.synchronize()
 
 

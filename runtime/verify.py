@@ -26,6 +26,7 @@ children the committed token is distributed as p; by induction over depth, so is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -85,7 +86,7 @@ def verify_greedy(tree: DraftTree, target_logits: torch.Tensor) -> VerifyResult:
     """
     if target_logits.shape[0] != tree.num_nodes:
         raise ValueError(f"target_logits has {target_logits.shape[0]} rows for a tree of {tree.num_nodes} nodes")
-    best = target_logits.argmax(dim=-1).tolist()
+    best = best_tokens(target_logits)
     tokens = tree.token_list
     accepted = [True] + [False] * (tree.num_nodes - 1)
     deepest = 0
@@ -96,6 +97,39 @@ def verify_greedy(tree: DraftTree, target_logits: torch.Tensor) -> VerifyResult:
             if tree.depth[node] > tree.depth[deepest]:
                 deepest = node
     return VerifyResult(tree.path_to(deepest)[1:], int(best[deepest]))
+
+
+def verify_greedy_chain(tokens: Sequence[int], target_logits: torch.Tensor) -> VerifyResult:
+    """:func:`verify_greedy` of the chain ``tokens`` (``tokens[0]`` the root, each token the child
+    of the one before) without building its tree: the draft is accepted up to its first token
+    that is not the verifier's argmax after the token before it. A sequence round's verify
+    (every sequence stage, plain decoding included) runs this once per target forward, so it
+    does no more than that.
+
+    >>> logits = torch.nn.functional.one_hot(torch.tensor([4, 5, 6, 7]), 8).float()
+    >>> verify_greedy_chain([9, 4, 5, 3], logits), verify_greedy_chain([9], logits[:1])
+    (VerifyResult(accepted_nodes=(1, 2), next_token=6), VerifyResult(accepted_nodes=(), next_token=4))
+    """
+    if target_logits.shape[0] != len(tokens):
+        raise ValueError(f"target_logits has {target_logits.shape[0]} rows for a chain of {len(tokens)} tokens")
+    best = best_tokens(target_logits)
+    accepted = 0
+    while accepted + 1 < len(tokens) and tokens[accepted + 1] == best[accepted]:
+        accepted += 1
+    return VerifyResult(tuple(range(1, accepted + 1)), int(best[accepted]))
+
+
+def best_tokens(target_logits: torch.Tensor) -> list[int]:
+    """The argmax of every row of ``target_logits`` [rows, vocab], the first maximum on ties (as
+    ``torch.argmax``). A CPU float32 row goes through numpy, whose argmax over a 150k-token row
+    costs a tenth of torch's; other devices and dtypes through torch.
+
+    >>> best_tokens(torch.tensor([[0.0, 2.0, 2.0], [3.0, 1.0, 0.0]]))
+    [1, 0]
+    """
+    if target_logits.device.type == "cpu" and target_logits.dtype == torch.float32:
+        return target_logits.detach().numpy().argmax(axis=-1).tolist()
+    return target_logits.argmax(dim=-1).tolist()
 
 
 def verify_sampling(tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator) -> VerifyResult:

@@ -124,3 +124,23 @@ def test_sampling_at_temperature_zero_agrees_with_greedy():
         logits = torch.randn(tree.num_nodes, 4, generator=generator)
         probs = target_probabilities(logits, temperature=0.0)
         assert verify_sampling(tree, probs, generator) == verify_greedy(tree, logits), trial
+
+
+def test_the_chain_verify_is_the_tree_verify_of_the_chain():
+    """verify_greedy_chain (a sequence round's greedy verify, no tree built) commits what
+    verify_greedy does on the same chain as a tree, on random drafts that match for a while."""
+    from specplan.runtime.verify import best_tokens, verify_greedy_chain
+
+    rng = random.Random(3)
+    for _ in range(300):
+        length = rng.randint(1, 8)
+        best = [rng.randrange(VOCAB) for _ in range(length)]
+        matched = rng.randint(0, length - 1)
+        draft = best[:matched] + [rng.randrange(VOCAB) for _ in range(length - 1 - matched)]
+        tokens = [rng.randrange(VOCAB), *draft]
+        logits = logits_with_argmax(best)
+        assert verify_greedy_chain(tokens, logits) == verify_greedy(DraftTree.chain(torch.tensor(tokens)), logits)
+    with pytest.raises(ValueError, match="rows for a chain of 3 tokens"):
+        verify_greedy_chain([1, 2, 3], logits_with_argmax([1, 2]))
+    ties = torch.tensor([[1.0, 5.0, 5.0], [float("nan"), 0.0, 9.0]])  # first maximum; NaN counts as the maximum
+    assert best_tokens(ties) == ties.argmax(dim=-1).tolist() == best_tokens(ties.double()) == [1, 0]
