@@ -1,0 +1,104 @@
+"""Time between one-token decodes: the runtime's plain loop against a bare loop, on llama.cpp.
+
+Plain greedy decoding of one prompt, 128 tokens, two ways over the same llama.cpp session
+(docs/results.md, "Our plain loop against llama-server's"):
+
+- **bare**: fill the batch, ``llama_decode``, numpy argmax over llama.cpp's logits buffer;
+- **engine**: specplan's ``SpeculativeEngine`` with no drafter (what ``plain-runtime`` runs).
+
+Each ``llama_decode`` call is timed; the report gives, per way, the median time inside a decode and
+the median gap between one decode's end and the next one's start (everything the loop does in
+Python: the round, the verify, the commit). The ways alternate, ``--repeats`` times each.
+
+    .venv/bin/python measurements/decode_gaps.py [--model default|FILE.gguf] [--repeats 4] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from specplan.models.load import default_gguf_path
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.llama_cpp_session import LlamaCppSession
+
+PROMPT = "<|im_start|>user\nWrite a long story about a robot who learns to paint.<|im_end|>\n<|im_start|>assistant\n"
+NEW_TOKENS = 128
+
+
+class TimedDecode:
+    """The llama_cpp module with ``llama_decode`` timed: (start, end) of every call."""
+
+    def __init__(self, module):
+        self.module = module
+        self.calls: list[tuple[float, float]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+    def llama_decode(self, context, batch):
+        start = time.perf_counter()
+        status = self.module.llama_decode(context, batch)
+        self.calls.append((start, time.perf_counter()))
+        return status
+
+
+def bare_loop(session: LlamaCppSession, prompt: list[int]) -> None:
+    """Greedy decoding with nothing but the batch, the decode and an argmax."""
+    session.reset()
+    token = int(session.extend(prompt)[-1].argmax())
+    past, llama = len(session.cached), session._llama
+    for index in range(NEW_TOKENS - 1):
+        session._fill_batch([token], [past + index], [[0]], True)
+        llama.llama_decode(session._context, session._batch)
+        row = np.ctypeslib.as_array(llama.llama_get_logits(session._context), shape=(1, session.vocab_size))
+        token = int(row[0].argmax())
+    session.reset()  # the loop wrote the cache behind the session's back
+
+
+def inside_and_gap(timed: TimedDecode, run) -> tuple[float, float]:
+    """Median ms inside a one-token decode and between two of them, over one run."""
+    timed.calls.clear()
+    run()
+    calls = timed.calls[2:]  # the prefill's decode and the first step
+    inside = [end - start for start, end in calls]
+    gaps = [calls[index + 1][0] - calls[index][1] for index in range(len(calls) - 1)]
+    return 1000 * statistics.median(inside), 1000 * statistics.median(gaps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default", help="`default` or a .gguf file")
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    path = default_gguf_path() if args.model == "default" else args.model
+    session = LlamaCppSession(path, n_ctx=4096, threads=args.threads, exact=False)
+    timed = TimedDecode(session._llama)
+    session._llama = timed
+    prompt = session.tokenize(PROMPT, add_special=False)
+    engine = SpeculativeEngine(session, torch.device("cpu"), eos_ids=set())
+    ways = {"bare": lambda: bare_loop(session, prompt),
+            "engine": lambda: engine.generate(prompt, NEW_TOKENS, SamplingConfig())}
+    for run in ways.values():
+        run()  # warm-up
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
+    for repeat in range(args.repeats):
+        for name in (list(ways) if repeat % 2 == 0 else list(ways)[::-1]):
+            results[name].append(inside_and_gap(timed, ways[name]))
+    print(f"{path} ({args.threads} threads), {NEW_TOKENS} tokens, medians of {args.repeats} runs each")
+    print("| loop | ms inside a decode | ms between decodes |")
+    print("|---|---:|---:|")
+    for name, rows in results.items():
+        print(f"| {name} | {statistics.median(r[0] for r in rows):.3f} | {statistics.median(r[1] for r in rows):.3f} |")
+    session._llama = timed.module
+    session.close()
+
+
+if __name__ == "__main__":
+    main()
