@@ -102,9 +102,9 @@ def verify_greedy(tree: DraftTree, target_logits: torch.Tensor) -> VerifyResult:
 def verify_greedy_chain(tokens: Sequence[int], target_logits: torch.Tensor) -> VerifyResult:
     """:func:`verify_greedy` of the chain ``tokens`` (``tokens[0]`` the root, each token the child
     of the one before) without building its tree: the draft is accepted up to its first token
-    that is not the verifier's argmax after the token before it. A sequence round's verify
-    (every sequence stage, plain decoding included) runs this once per target forward, so it
-    does no more than that.
+    that is not the verifier's argmax after the token before it. Every greedy sequence round
+    (plain decoding included) verifies through this, right after the target's forward, when
+    Python runs cold: building the chain's tree there cost more than the verify itself.
 
     >>> logits = torch.nn.functional.one_hot(torch.tensor([4, 5, 6, 7]), 8).float()
     >>> verify_greedy_chain([9, 4, 5, 3], logits), verify_greedy_chain([9], logits[:1])
@@ -121,8 +121,8 @@ def verify_greedy_chain(tokens: Sequence[int], target_logits: torch.Tensor) -> V
 
 def best_tokens(target_logits: torch.Tensor) -> list[int]:
     """The argmax of every row of ``target_logits`` [rows, vocab], the first maximum on ties (as
-    ``torch.argmax``). A CPU float32 row goes through numpy, whose argmax over a 150k-token row
-    costs a tenth of torch's; other devices and dtypes through torch.
+    ``torch.argmax``). A CPU float32 row goes through numpy, whose argmax over a 49,152-token row
+    takes 3 us against torch's 44 us here; other devices and dtypes through torch.
 
     >>> best_tokens(torch.tensor([[0.0, 2.0, 2.0], [3.0, 1.0, 0.0]]))
     [1, 0]
