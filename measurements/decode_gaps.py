@@ -10,6 +10,10 @@ Each ``llama_decode`` call is timed; the report gives, per way, the median time 
 the median gap between one decode's end and the next one's start (everything the loop does in
 Python: the round, the verify, the commit). The ways alternate, ``--repeats`` times each.
 
+A second table times a one-token decode right after another one (llama.cpp reuses its compute
+graph) and right after a decode of 4 tokens (it builds the graph again), as the profile's T(n)
+is measured: every width after a different one.
+
     .venv/bin/python measurements/decode_gaps.py [--model default|FILE.gguf] [--repeats 4] [--threads 2]
 """
 
@@ -71,6 +75,28 @@ def inside_and_gap(timed: TimedDecode, run) -> tuple[float, float]:
     return 1000 * statistics.median(inside), 1000 * statistics.median(gaps)
 
 
+def graph_rebuild(session: LlamaCppSession, prompt: list[int], repeats: int) -> dict[str, float]:
+    """Median ms of a one-token decode after one of the same width, and after a 4-token decode."""
+    session.reset()
+    session.extend(prompt)
+    context = list(session.cached)
+
+    def one(width: int) -> float:
+        start = time.perf_counter()
+        session.extend(context[:width])
+        elapsed = 1000 * (time.perf_counter() - start)
+        session.rewind_to(context + [0])  # keep exactly the prompt cached
+        return elapsed
+
+    after = {"after a one-token decode": [], "after a 4-token decode": []}
+    for _ in range(8 * repeats):
+        one(1)
+        after["after a one-token decode"].append(one(1))
+        one(4)
+        after["after a 4-token decode"].append(one(1))
+    return {name: statistics.median(times) for name, times in after.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default", help="`default` or a .gguf file")
@@ -97,6 +123,9 @@ def main() -> None:
     for name, rows in results.items():
         print(f"| {name} | {statistics.median(r[0] for r in rows):.3f} | {statistics.median(r[1] for r in rows):.3f} |")
     session._llama = timed.module
+    print("\n| one-token decode | ms |\n|---|---:|")
+    for name, ms in graph_rebuild(session, prompt, args.repeats).items():
+        print(f"| {name} | {ms:.3f} |")
     session.close()
 
 

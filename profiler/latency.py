@@ -33,15 +33,21 @@ def measure_latency(model: "torch.nn.Module | Session", device: torch.device, co
     The new tokens are taken from the context itself (their values do not change the cost);
     after each timed forward the cache is trimmed back to the context. ``model`` may be a session
     of any backend (its cache is reset first).
+
+    On llama.cpp each timed forward comes right after an untimed one of the same width:
+    llama.cpp reuses its compute graph between decodes of one shape, as a run of plain or
+    equal-width rounds does, and building it again costs ~0.6 ms a decode on this CPU (7% of a
+    SmolLM2 T(1), 2% of the 1.5B's; docs/planner-math.md section 7.1).
     """
     session = as_session(model, device, runtime)
     session.reset()
     context = list(context_ids)
     session.extend(context)
     filler = _filler(context, widths)
-    return _median_curve(lambda width: session.extend(filler[:width]),
-                         lambda: session.rewind_to(context + [0]),  # keep exactly the context cached
-                         len(context), widths, repeats, device, progress)
+    call = lambda width: session.extend(filler[:width])  # noqa: E731
+    settle = call if session.backend == "llama.cpp" else None
+    return _median_curve(call, lambda: session.rewind_to(context + [0]),  # keep exactly the context cached
+                         len(context), widths, repeats, device, progress, settle)
 
 
 def _filler(context: list[int], widths: Sequence[int]) -> list[int]:
@@ -50,8 +56,10 @@ def _filler(context: list[int], widths: Sequence[int]) -> list[int]:
 
 
 def _median_curve(call: Callable[[int], object], restore: Callable[[], object], context: int, widths: Sequence[int],
-                  repeats: int, device: torch.device, progress: Callable[[], None] | None) -> LatencyCurve:
-    """Median ms of ``call(width)`` per width, ``restore()`` after each call.
+                  repeats: int, device: torch.device, progress: Callable[[], None] | None,
+                  settle: Callable[[int], object] | None = None) -> LatencyCurve:
+    """Median ms of ``call(width)`` per width, ``restore()`` after each call (and after
+    ``settle(width)``, run untimed right before each timed call when given).
 
     One warm-up pass over every width (a compiled width builds its graph there), then
     ``repeats`` passes that each time every width once, so a passing disturbance (a compile
@@ -60,6 +68,9 @@ def _median_curve(call: Callable[[int], object], restore: Callable[[], object], 
     samples: dict[int, list[float]] = {width: [] for width in widths}
     for attempt in range(repeats + 1):  # the first pass is the warm-up
         for width in widths:
+            if settle is not None and attempt:
+                settle(width)
+                restore()
             elapsed = time_ms(lambda: call(width), device)
             restore()
             if attempt:
