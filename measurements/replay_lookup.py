@@ -80,14 +80,17 @@ def calibration_answers(runner, workload: str, limit: int, max_new_tokens: int, 
     return answers
 
 
-def evaluation_answers(runner, report: dict) -> tuple[list[dict], float]:
-    """The plan's own answers in a bench report, and its measured decode rate over them."""
+def evaluation_answers(runner, report: dict) -> tuple[list[dict], str]:
+    """The plan's own answers in a bench report, and its measured decode rate over them (with the
+    interval over prompts, as the bench gives it)."""
     prompts = {p.prompt_id: p for p in workload_split(_workload(report), "evaluation")}
     rows = [row for row in report["rows"] if row["method"] == "plan"]
     answers = [{"category": row["category"], "prompt": encode_prompt(runner.target.tokenizer, prompts[row["prompt_id"]].text),
                 "answer": row["token_ids"]} for row in rows]
-    seconds = sum(row["new_tokens"] / row["decode_tokens_per_s"] for row in rows)
-    return answers, sum(row["new_tokens"] for row in rows) / seconds
+    tokens = [row["new_tokens"] for row in rows]
+    seconds = [row["new_tokens"] / row["decode_tokens_per_s"] for row in rows]
+    low, high = prompt_spread(tokens, seconds) or (float("nan"),) * 2
+    return answers, f"{sum(tokens) / sum(seconds):.1f} (95% interval over prompts {low:.1f}-{high:.1f})"
 
 
 def _workload(report: dict) -> str:
@@ -130,7 +133,7 @@ def main() -> None:
     calibration = calibration_answers(runner, _workload(report), profile.calibration.get("count", 40),
                                       max_new, args.answers)
     evaluation, measured = evaluation_answers(runner, report)
-    print(f"plan {plan.summary()}: predicted {plan.predicted.tokens_per_s:.1f} tok/s; measured {measured:.1f} "
+    print(f"plan {plan.summary()}: predicted {plan.predicted.tokens_per_s:.1f} tok/s; measured {measured} "
           f"decode tok/s on the report's {len(evaluation)} prompts")
     print("| answers | drafting | category | prompts | replayed tok/s | 95% interval | accepted/round |")
     print("|---|---|---|---:|---:|---|---:|")
