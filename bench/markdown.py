@@ -27,9 +27,13 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _interval(values) -> str:
+    return "" if not values else f" [{values[0]:.2f}-{values[1]:.2f}]"
+
+
 def _headline(report) -> list[str]:
     lines = ["## Headline: the plan against plain decoding and the best transformers peer", "",
-             "| category | prompts | plan tok/s | plain tok/s | speedup over plain | best peer | peer tok/s | plan / best peer | accepted/forward | lossless |",
+             "| category | prompts | plan tok/s | plain tok/s | speedup over plain [95% interval over prompts] | best peer | peer tok/s | plan / best peer | accepted/forward | lossless |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     table = report.headline()
     counts = {c: sum(1 for r in report.rows if r.category == c and r.method == report.reference) for c in report.categories()}
@@ -37,7 +41,8 @@ def _headline(report) -> list[str]:
     for category, row in table.items():
         name = f"**{category}**" if category == "all" else category
         lines.append(f"| {name} | {counts[category]} | {_f(row['plan_tokens_per_s'])} | {_f(row['plain_tokens_per_s'])} | "
-                     f"{_x(row['speedup_over_plain'])} | {row['best_peer'] or '-'} | {_f(row['best_peer_tokens_per_s'])} | "
+                     f"{_x(row['speedup_over_plain'])}{_interval(row.get('speedup_interval'))} | {row['best_peer'] or '-'} | "
+                     f"{_f(row['best_peer_tokens_per_s'])} | "
                      f"{_x(row['ratio_to_best_peer'])} | {_f(row['mean_accepted'], 2)} | {_yes(row['lossless'])} |")
     overall = table["all"]
     lines += ["", f"Overall: the plan runs at **{_x(overall['speedup_over_plain'])}** plain decoding (goal >= {SPEEDUP_GOAL}x) "

@@ -13,16 +13,50 @@ Terms (defined once; Spec-Bench, arXiv 2401.07851):
   a forward over n tokens is not bit-identical to n decode steps, so an output may part from
   the reference at a numerical near-tie: the target's top-2 logit gap at the first divergence
   below ``NEAR_TIE``. In float32 every divergence is a failure.
+- *spread over prompts*: the 95% interval of a pooled rate or speedup when the prompts are
+  resampled with replacement (the percentile bootstrap; Efron, "Bootstrap methods", Ann. Statist.
+  7(1), 1979): which prompts ran moves a result this much (docs/results.md, "Where the
+  predictions on edits go wrong").
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from specplan.runtime.lossless import NEAR_TIE, LosslessCheck
+
+SPREAD_LEVEL = 0.95  # the coverage of a spread over prompts
+SPREAD_RESAMPLES = 4000
+SPREAD_SEED = 0  # fixed: a report's interval does not change from one reading to the next
+
+
+def spread_of_sums(columns: Sequence[Sequence[float]], statistic: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float] | None:
+    """The spread over prompts (module docstring) of ``statistic`` of the column sums.
+
+    ``columns``: one row per prompt (e.g. its tokens and seconds); ``statistic`` maps the sums
+    of resampled prompts [resamples, columns] to one value per resample. None for fewer than 2 prompts.
+
+    >>> low, high = spread_of_sums([[100, 2.0], [100, 2.0], [100, 4.0], [100, 4.0]], lambda s: s[:, 0] / s[:, 1])
+    >>> 25.0 <= low < 100 / 3 < high <= 50.0
+    True
+    """
+    rows = np.asarray(columns, dtype=float)
+    if rows.ndim != 2 or len(rows) < 2:
+        return None
+    picks = np.random.default_rng(SPREAD_SEED).integers(0, len(rows), (SPREAD_RESAMPLES, len(rows)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = statistic(rows[picks].sum(axis=1))
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return None
+    tail = 100 * (1 - SPREAD_LEVEL) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)
@@ -140,6 +174,10 @@ def aggregate(rows: Sequence[Row], baseline_rows: Sequence[Row], dtype: str) -> 
     rate = tokens / seconds if seconds > 0 else 0.0
     speedups = [r.speedup for r in rows]
     low, high = _quartiles(speedups)
+    by_prompt = {r.prompt_id: r.measurement for r in base}
+    paired = [(r.measurement, by_prompt[r.prompt_id]) for r in rows if r.prompt_id in by_prompt]
+    spread = spread_of_sums([[m.new_tokens, m.seconds, b.new_tokens, b.seconds] for m, b in paired],
+                            lambda sums: sums[:, 0] / sums[:, 1] / (sums[:, 2] / sums[:, 3]))
     checks = [r.check for r in rows if r.check is not None]
     ok, verdict = lossless_verdict(checks, dtype) if checks else (None, "not checked")
     return {
@@ -149,6 +187,7 @@ def aggregate(rows: Sequence[Row], baseline_rows: Sequence[Row], dtype: str) -> 
         "speedup": round(rate / base_rate, 4) if base_rate else None,
         "median_speedup": round(statistics.median(speedups), 4),
         "speedup_quartiles": [round(low, 4), round(high, 4)],
+        "speedup_interval": [round(spread[0], 4), round(spread[1], 4)] if spread else None,  # spread over prompts
         "speedup_range": [round(min(speedups), 4), round(max(speedups), 4)],
         "mean_accepted": round(tokens / forwards, 4) if forwards else None,
         "overhead_share": round(max(0.0, 1.0 - inside / seconds), 4) if seconds > 0 else None,

@@ -27,44 +27,29 @@ measured time of those forwards (the device running slower or faster than profil
 
 A prediction is made from the calibration prompts and measured on others, so the measured rate
 carries the spread of which prompts ran: on text that is copied all or nothing (code edits), one
-prompt's rate ranges over 2x. The report gives the 95% interval of the measured decode rate over
-prompts (the percentile bootstrap: resampling the prompts with replacement, Efron, "Bootstrap
-methods", Ann. Statist. 7(1), 1979) and says when a missed prediction lies inside it
-(docs/results.md, "Where the predictions on edits go wrong").
+prompt's rate ranges over 2x. The report gives the measured decode rate's spread over prompts
+(its 95% interval when the prompts are resampled: bench/metrics.py) and says when a missed
+prediction lies inside it (docs/results.md, "Where the predictions on edits go wrong").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from specplan.bench.grid import CostTerms
-from specplan.bench.metrics import Measurement
+from specplan.bench.metrics import SPREAD_LEVEL, Measurement, spread_of_sums
 
 PREDICTION_GOAL = (0.9, 1.1)
 CHOICE_GOAL = 0.95
-SPREAD_LEVEL = 0.95  # the prompt-spread interval's coverage
-SPREAD_RESAMPLES = 4000
-SPREAD_SEED = 0  # fixed: a report's interval does not change from one reading to the next
 
 
 def prompt_spread(decoded: Sequence[float], seconds: Sequence[float]) -> tuple[float, float] | None:
-    """The SPREAD_LEVEL interval of the pooled decode rate sum(decoded) / sum(seconds) over
-    prompts, by the percentile bootstrap (module docstring); None for fewer than 2 prompts.
+    """The spread over prompts (bench/metrics.py) of the pooled decode rate sum(decoded) / sum(seconds).
 
-    >>> low, high = prompt_spread([100, 100, 100, 100], [2.0, 2.0, 4.0, 4.0])
-    >>> 25.0 <= low < 100 / 3 < high <= 50.0
-    True
+    >>> prompt_spread([100, 100], [2.0, 2.0]), prompt_spread([100], [2.0])
+    ((50.0, 50.0), None)
     """
-    decoded, seconds = np.asarray(decoded, dtype=float), np.asarray(seconds, dtype=float)
-    if len(decoded) < 2 or seconds.sum() <= 0:
-        return None
-    picks = np.random.default_rng(SPREAD_SEED).integers(0, len(decoded), (SPREAD_RESAMPLES, len(decoded)))
-    rates = decoded[picks].sum(axis=1) / np.maximum(seconds[picks].sum(axis=1), 1e-12)
-    tail = 100 * (1 - SPREAD_LEVEL) / 2
-    low, high = np.percentile(rates, [tail, 100 - tail])
-    return float(low), float(high)
+    return spread_of_sums(list(zip(decoded, seconds)), lambda sums: sums[:, 0] / sums[:, 1])
 
 
 def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int], float]) -> dict | None:

@@ -97,6 +97,7 @@ class BenchReport:
                 "plan_tokens_per_s": plan["tokens_per_s"],
                 "plain_tokens_per_s": table[self.reference]["tokens_per_s"],
                 "speedup_over_plain": plan["speedup"],
+                "speedup_interval": plan.get("speedup_interval"),  # its spread over the prompts
                 "best_peer": best,
                 "best_peer_tokens_per_s": peers.get(best) if best else None,
                 "ratio_to_best_peer": round(plan["tokens_per_s"] / peers[best], 4) if best and peers[best] else None,

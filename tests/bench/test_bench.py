@@ -327,3 +327,19 @@ def test_a_missed_prediction_inside_the_prompt_spread_says_so():
     assert "inside the measured rate's 95% interval" in inside["verdict"][0]
     outside = plan_quality("p", CostTerms(0.0, 100.0, 4.0, 1000 / 80), measured, {}, None)
     assert outside["predicted_within_prompt_spread"] is False and "outside" in outside["verdict"][0]
+
+
+def test_a_category_speedup_has_its_spread_over_prompts():
+    from specplan.bench.metrics import Measurement, Row, aggregate
+
+    def row(prompt, method, seconds):
+        return Row(prompt, "c", method, Measurement(tuple(range(100)), seconds, 100, seconds), None, 1.0)
+
+    plain = [row(str(p), "plain", 4.0) for p in range(4)]
+    plan = [row("0", "plan", 2.0), row("1", "plan", 2.0), row("2", "plan", 4.0), row("3", "plan", 4.0)]
+    result = aggregate(plan, plain, "float32")
+    assert result["speedup"] == pytest.approx(16 / 12, abs=1e-4)
+    low, high = result["speedup_interval"]
+    assert 1.0 <= low < 16 / 12 < high <= 2.0  # from all-slow to all-fast resamples
+    assert aggregate(plan[:1], plain, "float32")["speedup_interval"] is None  # one prompt has no spread
+    assert aggregate(plain, plain, "float32")["speedup_interval"] == [1.0, 1.0]
