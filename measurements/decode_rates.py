@@ -11,6 +11,9 @@ over the seconds after the prefill, overall and per category, against a referenc
 
 ``--written-before-the-fix``: the rows' peer rates still count the first token (reports written
 before 2026-11-27 14:30 UTC); without it the rows are taken as they are.
+
+``--method M``: also one line per category of M against the reference, with the ratio's 95%
+interval over the category's prompts (resampled in pairs: bench/metrics.py ``spread_of_sums``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,34 @@ import collections
 import json
 from pathlib import Path
 
+from specplan.bench.metrics import spread_of_sums
+
 RUNTIME_METHODS = ("plan", "plain-runtime")  # the main table's runtime methods (grid points have rows of their own)
+
+
+def decode_step(row: dict, old: bool) -> tuple[float, float] | None:
+    """(tokens, seconds) of a row's decode steps; None without a decode rate."""
+    rate = row.get("decode_tokens_per_s")
+    if not rate:
+        return None
+    tokens = row["new_tokens"] - (0 if row["method"] in RUNTIME_METHODS else 1)  # a peer's first is its prefill's
+    return tokens, (row["new_tokens"] if old else tokens) / rate  # an old row's rate counted every token
+
+
+def category_intervals(rows: list[dict], old: bool, method: str, reference: str) -> dict[str, tuple]:
+    """Per category: (prompts, method / reference decode rate, its interval over the prompts)."""
+    steps = {(row["method"], row["category"], row["prompt_id"]): decode_step(row, old) for row in rows}
+    paired: dict[str, list] = collections.defaultdict(list)
+    for (name, category, prompt), step in steps.items():
+        other = steps.get((reference, category, prompt))
+        if name == method and step and other:
+            paired[category].append([*step, *other])
+    result = {}
+    for category, columns in sorted(paired.items()):
+        sums = [sum(column) for column in zip(*columns)]
+        ratio = sums[0] / sums[1] / (sums[2] / sums[3])
+        result[category] = (len(columns), ratio, spread_of_sums(columns, lambda s: s[:, 0] / s[:, 1] / (s[:, 2] / s[:, 3])))
+    return result
 
 
 def pooled(rows: list[dict], old: bool) -> tuple[dict, dict]:
@@ -28,11 +58,10 @@ def pooled(rows: list[dict], old: bool) -> tuple[dict, dict]:
     overall: dict = collections.defaultdict(lambda: [0.0, 0.0])
     category: dict = collections.defaultdict(lambda: [0.0, 0.0])
     for row in rows:
-        rate = row.get("decode_tokens_per_s")
-        if not rate:
+        step = decode_step(row, old)
+        if step is None:
             continue
-        tokens = row["new_tokens"] - (0 if row["method"] in RUNTIME_METHODS else 1)  # a peer's first is its prefill's
-        seconds = (row["new_tokens"] if old else tokens) / rate  # an old row's rate counted every token
+        tokens, seconds = step
         for key, table in ((row["method"], overall), ((row["method"], row["category"]), category)):
             table[key][0] += tokens
             table[key][1] += seconds
@@ -44,6 +73,7 @@ def main() -> None:
     parser.add_argument("report", type=Path)
     parser.add_argument("--reference", default="llama-server")
     parser.add_argument("--written-before-the-fix", action="store_true")
+    parser.add_argument("--method", help="a method whose per-category ratios to print with their intervals")
     args = parser.parse_args()
     report = json.loads(args.report.read_text(encoding="utf-8"))
     overall, category = pooled(report["rows"], args.written_before_the_fix)
@@ -59,6 +89,12 @@ def main() -> None:
                   / (category[args.reference, name][0] / category[args.reference, name][1])
                   for name in categories if (method, name) in category and (args.reference, name) in category]
         print(f"| {method} | {value:.1f} | {value / rate[args.reference]:.3f}x | {min(ratios):.2f}x-{max(ratios):.2f}x |")
+    if args.method:
+        print(f"\n| category | prompts | {args.method} / {args.reference} | 95% interval over the prompts |\n|---|---:|---:|---|")
+        for name, (prompts, ratio, spread) in category_intervals(report["rows"], args.written_before_the_fix,
+                                                                 args.method, args.reference).items():
+            interval = f"{spread[0]:.3f}-{spread[1]:.3f}" if spread else "-"
+            print(f"| {name} | {prompts} | {ratio:.3f}x | {interval} |")
 
 
 if __name__ == "__main__":
