@@ -35,13 +35,23 @@ SPREAD_RESAMPLES = 4000
 SPREAD_SEED = 0  # fixed: a report's interval does not change from one reading to the next
 
 
+def pooled_rate(sums: np.ndarray) -> np.ndarray:
+    """Rows of summed (tokens, seconds, ...) -> tokens / seconds."""
+    return sums[:, 0] / sums[:, 1]
+
+
+def pooled_rate_ratio(sums: np.ndarray) -> np.ndarray:
+    """Rows of summed (tokens, seconds, reference tokens, reference seconds) -> the rates' ratio."""
+    return pooled_rate(sums) / pooled_rate(sums[:, 2:])
+
+
 def spread_of_sums(columns: Sequence[Sequence[float]], statistic: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float] | None:
     """The spread over prompts (module docstring) of ``statistic`` of the column sums.
 
     ``columns``: one row per prompt (e.g. its tokens and seconds); ``statistic`` maps the sums
     of resampled prompts [resamples, columns] to one value per resample. None for fewer than 2 prompts.
 
-    >>> low, high = spread_of_sums([[100, 2.0], [100, 2.0], [100, 4.0], [100, 4.0]], lambda s: s[:, 0] / s[:, 1])
+    >>> low, high = spread_of_sums([[100, 2.0], [100, 2.0], [100, 4.0], [100, 4.0]], pooled_rate)
     >>> 25.0 <= low < 100 / 3 < high <= 50.0
     True
     """
@@ -176,8 +186,7 @@ def aggregate(rows: Sequence[Row], baseline_rows: Sequence[Row], dtype: str) -> 
     low, high = _quartiles(speedups)
     by_prompt = {r.prompt_id: r.measurement for r in base}
     paired = [(r.measurement, by_prompt[r.prompt_id]) for r in rows if r.prompt_id in by_prompt]
-    spread = spread_of_sums([[m.new_tokens, m.seconds, b.new_tokens, b.seconds] for m, b in paired],
-                            lambda sums: sums[:, 0] / sums[:, 1] / (sums[:, 2] / sums[:, 3]))
+    spread = spread_of_sums([[m.new_tokens, m.seconds, b.new_tokens, b.seconds] for m, b in paired], pooled_rate_ratio)
     checks = [r.check for r in rows if r.check is not None]
     ok, verdict = lossless_verdict(checks, dtype) if checks else (None, "not checked")
     return {

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from specplan.bench.grid import CostTerms
-from specplan.bench.metrics import SPREAD_LEVEL, Measurement, spread_of_sums
+from specplan.bench.metrics import SPREAD_LEVEL, Measurement, pooled_rate, spread_of_sums
 
 PREDICTION_GOAL = (0.9, 1.1)
 CHOICE_GOAL = 0.95
@@ -49,7 +49,7 @@ def prompt_spread(decoded: Sequence[float], seconds: Sequence[float]) -> tuple[f
     >>> prompt_spread([100, 100], [2.0, 2.0]), prompt_spread([100], [2.0])
     ((50.0, 50.0), None)
     """
-    return spread_of_sums(list(zip(decoded, seconds)), lambda sums: sums[:, 0] / sums[:, 1])
+    return spread_of_sums(list(zip(decoded, seconds)), pooled_rate)
 
 
 def measured_terms(measurements: Sequence[Measurement], latency: Callable[[int], float]) -> dict | None:

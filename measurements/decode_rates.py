@@ -23,7 +23,9 @@ import collections
 import json
 from pathlib import Path
 
-from specplan.bench.metrics import spread_of_sums
+import numpy as np
+
+from specplan.bench.metrics import pooled_rate_ratio, spread_of_sums
 
 RUNTIME_METHODS = ("plan", "plain-runtime")  # the main table's runtime methods (grid points have rows of their own)
 
@@ -47,9 +49,8 @@ def category_intervals(rows: list[dict], old: bool, method: str, reference: str)
             paired[category].append([*step, *other])
     result = {}
     for category, columns in sorted(paired.items()):
-        sums = [sum(column) for column in zip(*columns)]
-        ratio = sums[0] / sums[1] / (sums[2] / sums[3])
-        result[category] = (len(columns), ratio, spread_of_sums(columns, lambda s: s[:, 0] / s[:, 1] / (s[:, 2] / s[:, 3])))
+        ratio = float(pooled_rate_ratio(np.asarray(columns, dtype=float).sum(axis=0, keepdims=True))[0])
+        result[category] = (len(columns), ratio, spread_of_sums(columns, pooled_rate_ratio))
     return result
 
 

@@ -403,8 +403,8 @@ class LlamaCppSession(Session):
         or, with ``logits`` False, none (returns None).
 
         Each piece's rows are copied out of llama.cpp's buffer (the next decode overwrites it) by
-        numpy and handed to torch without a second copy: torch's own copy into a fresh tensor
-        costs twice as much right after a decode, and a one-token decode of a 135M model is ~7 ms."""
+        numpy and handed to torch without a second copy: the copy runs between two decodes, where
+        the engine's time counts (measurements/decode_gaps.py)."""
         pieces = []
         for first in range(0, len(tokens), BATCH):
             last = min(first + BATCH, len(tokens))
