@@ -173,6 +173,37 @@ def node_sequence_ids(parents: Sequence[int], paths: list[list[int]]) -> list[li
     return ids
 
 
+class CopyRows:
+    """Reads a decode's logits rows as a float32 tensor [n, vocab]: one numpy copy out of
+    llama.cpp's buffer, handed to torch as it is."""
+
+    @staticmethod
+    def take(view: np.ndarray) -> np.ndarray:
+        return view.copy()
+
+    @staticmethod
+    def join(pieces: list[np.ndarray], vocab: int) -> torch.Tensor:
+        if len(pieces) == 1:
+            return torch.from_numpy(pieces[0])
+        return torch.from_numpy(np.concatenate(pieces) if pieces else np.empty((0, vocab), np.float32))
+
+
+class BestOfRows:
+    """Reads only the argmax of each logits row [n] (the first maximum on ties, as ``torch.argmax``
+    and runtime/verify.py ``best_tokens``), in place in llama.cpp's buffer."""
+
+    @staticmethod
+    def take(view: np.ndarray) -> list[int]:
+        return view.argmax(axis=-1).tolist()
+
+    @staticmethod
+    def join(pieces: list[list[int]], vocab: int) -> list[int]:
+        return pieces[0] if len(pieces) == 1 else [token for piece in pieces for token in piece]
+
+
+COPY_ROWS, BEST_OF_ROWS = CopyRows(), BestOfRows()
+
+
 class LlamaCppSession(Session):
     """A GGUF model in a llama.cpp context, its KV cache and the token ids sequence 0 holds.
 
@@ -210,6 +241,7 @@ class LlamaCppSession(Session):
         self._batch = self._llama.llama_batch_init(BATCH, 0, max_tree_paths + 2)
         self._vocab = self._llama.llama_model_get_vocab(self._model)
         self._vocab_size = self._llama.llama_vocab_n_tokens(self._vocab)
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # see _logits_view
         self.n_ctx = self._llama.llama_n_ctx(self._context)
         self._tree: TreeLayout | None = None  # the last tree extend, until keep or trim
         self._junk = 0  # cells held by the junk sequence
@@ -285,18 +317,24 @@ class LlamaCppSession(Session):
 
     def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
         """Decode ``tokens`` (a chain, or ``tree``'s nodes) over the cache; logits [len(tokens), vocab] float32."""
-        return self._append(tokens, tree, logits=True)
+        return self._append(tokens, tree, read=COPY_ROWS)
+
+    def extend_best_tokens(self, tokens: Sequence[int]) -> list[int]:
+        """Decode the chain ``tokens``; the argmax of each row, taken in llama.cpp's own logits
+        buffer (no copy of the rows: a Qwen2.5 row is 600 KB, swept right after the decode)."""
+        return self._append(tokens, None, read=BEST_OF_ROWS)
 
     def advance(self, tokens: Sequence[int]) -> None:
         """Decode ``tokens`` as a chain with no logits row requested: llama.cpp then skips the output
         layer (151,936 rows for Qwen2.5) and the last layer's feed-forward for them. The keys and
         values it stores are computed before that pruning, so the cache is the same as after
         :meth:`extend` (``test_advance_equals_extend``)."""
-        self._append(tokens, None, logits=False)
+        self._append(tokens, None, read=None)
 
-    def _append(self, tokens: Sequence[int], tree, logits: bool) -> torch.Tensor | None:
-        """One decode of ``tokens`` appended to the cache (a chain, or ``tree``'s nodes), with a
-        logits row per token or none; counts the forward and its time."""
+    def _append(self, tokens: Sequence[int], tree, read):
+        """One decode of ``tokens`` appended to the cache (a chain, or ``tree``'s nodes); what
+        ``read`` takes of the logits rows (:meth:`_decode`), None when it is None; counts the
+        forward and its time."""
         self._check_open()
         start = time.perf_counter()
         tokens = [int(token) for token in tokens]
@@ -308,7 +346,7 @@ class LlamaCppSession(Session):
             sequence_ids = [[COMMITTED]] * len(tokens)
         else:
             positions, sequence_ids = self._prepare_tree(tree, past, len(tokens))
-        rows = self._decode(tokens, positions, sequence_ids, logits)
+        rows = self._decode(tokens, positions, sequence_ids, read)
         self.cached.extend(tokens)
         self.forwards += 1
         self.forward_seconds += time.perf_counter() - start
@@ -397,29 +435,38 @@ class LlamaCppSession(Session):
                 self._llama.llama_memory_seq_rm(self._memory, COMMITTED + 1 + index, -1, -1)
         self._tree = None
 
-    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]],
-                logits: bool = True) -> torch.Tensor | None:
-        """llama_decode the tokens in BATCH-sized pieces, a logits row for each ([n, vocab] float32)
-        or, with ``logits`` False, none (returns None).
+    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None):
+        """llama_decode the tokens in BATCH-sized pieces. With ``read`` None no logits row is
+        requested (returns None); else each piece's rows [n, vocab] are requested and ``read``
+        (``COPY_ROWS`` or ``BEST_OF_ROWS``) takes what the caller needs of them from
+        llama.cpp's buffer, which the next decode overwrites.
 
-        Each piece's rows are copied out of llama.cpp's buffer (the next decode overwrites it) by
-        numpy and handed to torch without a second copy: the copy runs between two decodes, where
-        the engine's time counts (measurements/decode_gaps.py)."""
+        This runs between two decodes, where the engine's time counts and Python runs cold
+        (measurements/decode_gaps.py): the rows are viewed through a cached numpy array, copied
+        at most once, and handed to torch without a second copy."""
         pieces = []
         for first in range(0, len(tokens), BATCH):
             last = min(first + BATCH, len(tokens))
-            self._fill_batch(tokens[first:last], positions[first:last], sequence_ids[first:last], logits)
+            self._fill_batch(tokens[first:last], positions[first:last], sequence_ids[first:last], read is not None)
             status = self._llama.llama_decode(self._context, self._batch)
             if status != 0:
                 self._fail_decode(status, first)
-            if logits:
-                pointer = self._llama.llama_get_logits(self._context)
-                pieces.append(np.ctypeslib.as_array(pointer, shape=(last - first, self._vocab_size)).copy())
-        if not logits:
+            if read is not None:
+                pieces.append(read.take(self._logits_view(last - first)))
+        if read is None:
             return None
-        if len(pieces) == 1:
-            return torch.from_numpy(pieces[0])
-        return torch.from_numpy(np.concatenate(pieces) if pieces else np.empty((0, self._vocab_size), np.float32))
+        return read.join(pieces, self._vocab_size)
+
+    def _logits_view(self, rows: int) -> np.ndarray:
+        """llama.cpp's logits buffer after a decode, as a float32 array [rows, vocab] (no copy).
+        Views are cached by the buffer's address and row count: making one through ctypes costs
+        more than reading a row."""
+        pointer = self._llama.llama_get_logits(self._context)
+        key = (ctypes.addressof(pointer.contents), rows)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=(rows, self._vocab_size))
+        return view
 
     def _fill_batch(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]],
                     logits: bool = True) -> None:

@@ -27,7 +27,8 @@ from specplan.runtime.sampling import target_probabilities
 from specplan.runtime.session import ModelSession
 from specplan.runtime.timing import now
 from specplan.runtime.tree import DraftTree
-from specplan.runtime.verify import VerifyResult, verify_greedy, verify_greedy_chain, verify_sampling
+from specplan.runtime.verify import (VerifyResult, accept_greedy_chain, verify_greedy, verify_greedy_chain,
+                                     verify_sampling)
 
 FOLD_LIMIT = 8  # most catch-up tokens folded into a verify forward; more (a prefill) run alone
 
@@ -114,6 +115,12 @@ class StageRunner:
         drafter = self.drafter
         return drafter is None or not (drafter.reads_verifier_cache or drafter.learns_from_verifier)
 
+    @property
+    def rows_watched(self) -> bool:
+        """Whether anything reads the verifier's logits rows besides the verify: a listener, or a
+        drafter that learns from them (:meth:`observe`)."""
+        return bool(self.listeners) or (self.drafter is not None and self.drafter.learns_from_verifier)
+
     def new_stats(self) -> StageStats:
         return StageStats(*self.names)
 
@@ -143,7 +150,7 @@ class StageRunner:
         if fold and self.can_fold and len(missing) <= FOLD_LIMIT:
             self.pending = missing
             return
-        if self.listeners or (self.drafter is not None and self.drafter.learns_from_verifier):
+        if self.rows_watched:
             self.observe(missing, self.verifier.extend(missing))
         else:
             self.verifier.advance(missing)  # no reader of the rows: llama.cpp computes none (docs/backends.md)
@@ -157,6 +164,15 @@ class StageRunner:
         logits = self.verifier.extend([*prefix, *tokens], tree=shape)  # [len(prefix) + n, vocab]
         self.observe([*prefix, *tokens], logits, shape.parents if shape is not None else None)
         return (logits[len(prefix):] if prefix else logits), len(prefix)
+
+    def _verify_forward_best(self, tokens: list[int]) -> tuple[list[int], int]:
+        """:meth:`_verify_forward` of a chain when nothing but a greedy verify reads the rows
+        (not :attr:`rows_watched`): the argmax of each of ``tokens``' rows, and how many tokens
+        were folded in front. The backend takes the argmax where the rows lie, right after the
+        decode, instead of copying them out (``Session.extend_best_tokens``)."""
+        prefix, self.pending = self.pending, []
+        best = self.verifier.extend_best_tokens([*prefix, *tokens])
+        return (best[len(prefix):] if prefix else best), len(prefix)
 
     def _keep(self, past: int, folded: int, nodes) -> None:
         """Keep the ``folded`` catch-up tokens and the tree's ``nodes`` of the last verify forward."""
@@ -198,11 +214,15 @@ class StageRunner:
         verify_start = now(self.verifier.device)
         past = len(self.verifier.cached)
         tokens = [committed[-1], *proposal.tokens]
-        logits, folded = self._verify_forward(tokens, None)  # logits [1 + gamma, vocab]
-        if sampling.greedy:
-            result, probs = verify_greedy_chain(tokens, logits), None
+        if sampling.greedy and not self.rows_watched:
+            best, folded = self._verify_forward_best(tokens)
+            result, probs = accept_greedy_chain(tokens, best), None
         else:
-            result, probs = _verify(_chain_tree(tokens, proposal, logits.shape[-1]), logits, sampling, generator)
+            logits, folded = self._verify_forward(tokens, None)  # logits [1 + gamma, vocab]
+            if sampling.greedy:
+                result, probs = verify_greedy_chain(tokens, logits), None
+            else:
+                result, probs = _verify(_chain_tree(tokens, proposal, logits.shape[-1]), logits, sampling, generator)
         self._keep(past, folded, result.kept_nodes)
         chunk = [tokens[node] for node in result.accepted_nodes] + [result.next_token]
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None

@@ -112,7 +112,19 @@ def verify_greedy_chain(tokens: Sequence[int], target_logits: torch.Tensor) -> V
     """
     if target_logits.shape[0] != len(tokens):
         raise ValueError(f"target_logits has {target_logits.shape[0]} rows for a chain of {len(tokens)} tokens")
-    best = best_tokens(target_logits)
+    return accept_greedy_chain(tokens, best_tokens(target_logits))
+
+
+def accept_greedy_chain(tokens: Sequence[int], best: Sequence[int]) -> VerifyResult:
+    """:func:`verify_greedy_chain` given only ``best[i]``, the argmax of the verifier's row after
+    ``tokens[i]``: what a backend that reads the argmax in place returns
+    (``Session.extend_best_tokens``).
+
+    >>> accept_greedy_chain([9, 4, 5, 3], [4, 5, 6, 7])
+    VerifyResult(accepted_nodes=(1, 2), next_token=6)
+    """
+    if len(best) != len(tokens):
+        raise ValueError(f"{len(best)} best tokens for a chain of {len(tokens)} tokens")
     accepted = 0
     while accepted + 1 < len(tokens) and tokens[accepted + 1] == best[accepted]:
         accepted += 1

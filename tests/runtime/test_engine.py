@@ -53,6 +53,32 @@ def test_greedy_is_token_identical_to_plain(name, gamma):
         assert result.mean_accepted > gamma  # the perfect drafter is accepted in full (bonus included)
 
 
+def test_greedy_round_reads_rows_only_when_watched():
+    """A greedy sequence round asks the target for its rows' argmax alone
+    (``extend_best_tokens``) unless a listener watches the rows: then the listener sees every
+    verify forward's rows. The output is the plain greedy one either way."""
+    from specplan.runtime.session import ModelSession
+
+    class CountingSession(ModelSession):
+        best_calls = 0
+
+        def extend_best_tokens(self, tokens):
+            self.best_calls += 1
+            return super().extend_best_tokens(tokens)
+
+    target = tiny_llama("sdpa", seed=0)
+    session = CountingSession(target, CPU)
+    engine = SpeculativeEngine(session, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=3)
+    prompt = PROMPTS[0]
+    assert list(engine.generate(prompt, 16, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 16)
+    assert session.best_calls == session.forwards - 1  # every forward but the prefill
+    seen = []
+    engine.stage.listeners.append(lambda tokens, logits, parents: seen.append((len(tokens), tuple(logits.shape))))
+    before = session.best_calls
+    assert list(engine.generate(prompt, 16, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 16)
+    assert session.best_calls == before and seen and all(rows == (n, TINY_VOCAB) for n, rows in seen)
+
+
 def test_plain_engine_matches_transformers_and_stops_at_eos():
     target = tiny_llama("sdpa", seed=0)
     prompt = PROMPTS[0]

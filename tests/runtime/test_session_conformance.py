@@ -285,6 +285,34 @@ def test_advance_equals_extend(backend, prefix):
     backend.assert_rows(rows, session.extend(backend.text[prefix + 30:prefix + 32]))
 
 
+def test_extend_best_tokens_is_the_argmax_of_extend(backend):
+    """``extend_best_tokens`` (a greedy round that nothing else watches) returns each row's argmax
+    and leaves the cache as ``extend`` does, over chains of several widths in turn (llama.cpp's
+    logits buffer viewed again at each width) and after a tree round."""
+    from specplan.runtime.verify import best_tokens
+
+    session, prefix = backend.session, 40
+    for width in (1, 5, 1, 17, 1):
+        chain = backend.text[prefix:prefix + width]
+        following = backend.text[prefix + width:prefix + width + 2]
+        start(backend, prefix)
+        best = session.extend_best_tokens(chain)
+        assert session.cached == backend.text[:prefix + width]
+        after = session.extend(following)
+        start(backend, prefix)
+        expected = session.extend(chain)
+        assert best == best_tokens(expected), width
+        backend.assert_rows(after, session.extend(following))
+    tokens = tree_tokens(backend, prefix)
+    start(backend, prefix)
+    session.extend(tokens, DraftTree(PARENTS, torch.tensor(tokens)))
+    session.keep(prefix, [0, 2])
+    best = session.extend_best_tokens(backend.text[prefix + 30:prefix + 33])
+    start(backend, prefix)
+    session.extend([tokens[0], tokens[2]])
+    assert best == best_tokens(session.extend(backend.text[prefix + 30:prefix + 33]))
+
+
 def test_trim_and_rewind_reproduce_rows(backend):
     session = backend.session
     prefix = 30
