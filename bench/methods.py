@@ -5,7 +5,7 @@ Each method generates for one prompt and returns a :class:`Measurement` whose fo
 is split into the prefill, the verify forwards of the target and the drafter's forwards.
 The split is read from :class:`~specplan.runtime.session.ModelSession`'s own timers
 (``forward_seconds``, synchronised on CUDA): for the duration of one generation the bench
-wraps each session's ``extend`` to note the width and time of every forward.
+wraps each session's forwards (``extend``, ``extend_best_tokens``, ``advance``) to note the width and time of every forward.
 """
 
 from __future__ import annotations
@@ -47,14 +47,15 @@ class ForwardLog:
 
 @contextmanager
 def recording(session: ModelSession | None) -> Iterator[ForwardLog]:
-    """Note every ``session.extend`` and ``session.advance`` (a catch-up without logits rows, such as
-    a prompt's prefill) with its width and the session's own timing, until exit."""
+    """Note every ``session.extend``, ``session.extend_best_tokens`` (a greedy round's verify that
+    reads only the argmax) and ``session.advance`` (a catch-up without logits rows, such as a
+    prompt's prefill) with its width and the session's own timing, until exit."""
     log = ForwardLog([])
     if session is None:
         yield log
         return
-    originals = {name: getattr(session, name) for name in ("extend", "advance")}
-    depth = [0]  # a session's default advance calls its extend: that forward is noted once
+    originals = {name: getattr(session, name) for name in ("extend", "extend_best_tokens", "advance")}
+    depth = [0]  # a session's default advance (extend_best_tokens) calls its extend: that forward is noted once
 
     def timed(original):
         def call(tokens, *args, **kwargs):

@@ -274,11 +274,18 @@ class _TimedSession:
         self.forward_seconds += len(tokens)  # llama.cpp: its own decode without logits rows
         return None
 
+    def extend_best_tokens(self, tokens):
+        if self.advance_through_extend:  # the contract's default (torch)
+            return self.extend(tokens)
+        self.forward_seconds += len(tokens)  # llama.cpp: the argmax read in its own buffer
+        return None
+
 
 @pytest.mark.parametrize("advance_through_extend", [True, False])
 def test_recording_notes_a_prefill_by_advance_once(advance_through_extend):
     """The bench's forward log sees a prompt prefilled by ``advance`` (its first call, the prefill
-    it reports) whether or not the session's advance goes through extend, and counts it once."""
+    it reports) and a greedy verify by ``extend_best_tokens``, whether or not the session's
+    versions go through extend, and counts each once."""
     from specplan.bench.methods import recording
 
     session = _TimedSession(advance_through_extend)
@@ -286,8 +293,9 @@ def test_recording_notes_a_prefill_by_advance_once(advance_through_extend):
         session.advance([1, 2, 3, 4, 5])
         session.extend([6])
         session.extend([7, 8])
-    assert log.calls == [(5, 5.0), (1, 1.0), (2, 2.0)]
-    assert "extend" not in vars(session) and "advance" not in vars(session)  # the methods are restored
+        session.extend_best_tokens([9, 10, 11])
+    assert log.calls == [(5, 5.0), (1, 1.0), (2, 2.0), (3, 3.0)]
+    assert not {"extend", "extend_best_tokens", "advance"} & set(vars(session))  # the methods are restored
 
 
 def test_the_bench_judges_a_horizon_plan_by_its_own_costs():
