@@ -5,7 +5,8 @@ Each method generates for one prompt and returns a :class:`Measurement` whose fo
 is split into the prefill, the verify forwards of the target and the drafter's forwards.
 The split is read from :class:`~specplan.runtime.session.ModelSession`'s own timers
 (``forward_seconds``, synchronised on CUDA): for the duration of one generation the bench
-wraps each session's forwards (``extend``, ``extend_best_tokens``, ``advance``) to note the width and time of every forward.
+wraps each session's forwards (``extend``, ``extend_best_tokens``, ``advance``) to note the
+width and time of every one.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def recording(session: ModelSession | None) -> Iterator[ForwardLog]:
         yield log
         return
     originals = {name: getattr(session, name) for name in ("extend", "extend_best_tokens", "advance")}
-    depth = [0]  # a session's default advance (extend_best_tokens) calls its extend: that forward is noted once
+    depth = [0]  # a session's default advance and extend_best_tokens call its extend: that forward is noted once
 
     def timed(original):
         def call(tokens, *args, **kwargs):
