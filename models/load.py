@@ -63,10 +63,12 @@ def default_gguf_path() -> Path:
 
 
 def _gguf_cache_dir(gguf: Path) -> tuple[Path, str]:
-    """The cache entry a GGUF converts into and its key (the file's path, size and mtime; the
-    folder name carries the key's first 16 hex digits of sha256)."""
-    stat = gguf.stat()
-    key = f"{gguf.resolve()}|{stat.st_size}|{int(stat.st_mtime)}"
+    """The cache entry a GGUF converts into and its key: the model's identity as profiles record
+    it (:func:`gguf_fingerprint`: name, size, first MiB), not the file's place, so the same GGUF
+    installed again (a new virtual environment, another clone) reuses its conversion instead of
+    adding another copy (517 MB for the default model). The folder name carries the key's
+    first 16 hex digits of sha256."""
+    key = f"{gguf.name}|{gguf_fingerprint(gguf)}"
     return cache_root() / "models" / f"{gguf.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}", key
 
 

@@ -11,7 +11,7 @@ backend keeps:
   ``0 .. len(cached) - 1``.
 - ``extend(tokens)`` runs one forward over ``tokens`` appended at positions ``len(cached) ..``
   and returns one float32 logits row per token, row i the distribution after token i.
-- ``extend_best_tokens(tokens)`` is ``extend(tokens)`` reduced to each row's argmax.
+- ``extend_best_tokens(tokens, tree)`` is ``extend(tokens, tree)`` reduced to each row's argmax.
 - ``extend(tokens, tree)`` with a :class:`~specplan.runtime.tree.DraftTree` whose node i is
   ``tokens[i]``: node i sits at position ``len(cached) + depth(i)`` and attends to the whole
   cache, its ancestors and itself (tree attention, SpecInfer arXiv 2305.09781); its row is the
@@ -65,13 +65,13 @@ class Session(ABC):
     def extend(self, tokens: Sequence[int], tree: "DraftTree | None" = None) -> torch.Tensor:
         """One forward over ``tokens`` (a chain, or ``tree``'s nodes); logits [len(tokens), vocab] float32."""
 
-    def extend_best_tokens(self, tokens: Sequence[int]) -> list[int]:
-        """``extend(tokens)`` of a chain for a caller that reads only each row's argmax (the first
+    def extend_best_tokens(self, tokens: Sequence[int], tree: "DraftTree | None" = None) -> list[int]:
+        """``extend(tokens, tree)`` for a caller that reads only each row's argmax (the first
         maximum on ties): a greedy round that nothing else watches. A backend may take the argmax
         where the rows lie instead of copying them out. Default: the argmax of ``extend``'s rows."""
         from specplan.runtime.verify import best_tokens
 
-        return best_tokens(self.extend(tokens))
+        return best_tokens(self.extend(tokens, tree))
 
     def advance(self, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to the cache as a chain ``extend`` would, for a caller that reads none

@@ -319,10 +319,11 @@ class LlamaCppSession(Session):
         """Decode ``tokens`` (a chain, or ``tree``'s nodes) over the cache; logits [len(tokens), vocab] float32."""
         return self._append(tokens, tree, read=COPY_ROWS)
 
-    def extend_best_tokens(self, tokens: Sequence[int]) -> list[int]:
-        """Decode the chain ``tokens``; the argmax of each row, taken in llama.cpp's own logits
-        buffer (no copy of the rows: a Qwen2.5 row is 600 KB, swept right after the decode)."""
-        return self._append(tokens, None, read=BEST_OF_ROWS)
+    def extend_best_tokens(self, tokens: Sequence[int], tree=None) -> list[int]:
+        """Decode ``tokens`` (a chain, or ``tree``'s nodes); the argmax of each row, taken in
+        llama.cpp's own logits buffer (no copy of the rows: a Qwen2.5 row is 600 KB, swept right
+        after the decode)."""
+        return self._append(tokens, tree, read=BEST_OF_ROWS)
 
     def advance(self, tokens: Sequence[int]) -> None:
         """Decode ``tokens`` as a chain with no logits row requested: llama.cpp then skips the output

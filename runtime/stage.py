@@ -27,8 +27,8 @@ from specplan.runtime.sampling import target_probabilities
 from specplan.runtime.session import ModelSession
 from specplan.runtime.timing import now
 from specplan.runtime.tree import DraftTree
-from specplan.runtime.verify import (VerifyResult, accept_greedy_chain, verify_greedy, verify_greedy_chain,
-                                     verify_sampling)
+from specplan.runtime.verify import (VerifyResult, accept_greedy_chain, accept_greedy_tree, verify_greedy,
+                                     verify_greedy_chain, verify_sampling)
 
 FOLD_LIMIT = 8  # most catch-up tokens folded into a verify forward; more (a prefill) run alone
 
@@ -165,13 +165,14 @@ class StageRunner:
         self.observe([*prefix, *tokens], logits, shape.parents if shape is not None else None)
         return (logits[len(prefix):] if prefix else logits), len(prefix)
 
-    def _verify_forward_best(self, tokens: list[int]) -> tuple[list[int], int]:
-        """:meth:`_verify_forward` of a chain when nothing but a greedy verify reads the rows
-        (not :attr:`rows_watched`): the argmax of each of ``tokens``' rows, and how many tokens
-        were folded in front. The backend takes the argmax where the rows lie, right after the
-        decode, instead of copying them out (``Session.extend_best_tokens``)."""
+    def _verify_forward_best(self, tokens: list[int], tree: DraftTree | None) -> tuple[list[int], int]:
+        """:meth:`_verify_forward` when nothing but a greedy verify reads the rows (not
+        :attr:`rows_watched`): the argmax of each of ``tokens``' rows, and how many tokens were
+        folded in front. The backend takes the argmax where the rows lie, right after the decode,
+        instead of copying them out (``Session.extend_best_tokens``)."""
         prefix, self.pending = self.pending, []
-        best = self.verifier.extend_best_tokens([*prefix, *tokens])
+        shape = tree.after_chain(prefix) if tree is not None and prefix else tree
+        best = self.verifier.extend_best_tokens([*prefix, *tokens], tree=shape)
         return (best[len(prefix):] if prefix else best), len(prefix)
 
     def _keep(self, past: int, folded: int, nodes) -> None:
@@ -198,8 +199,13 @@ class StageRunner:
             tree = self.drafter.propose_tree(committed, shape, sampling, generator)
         verify_start = now(self.verifier.device)
         past = len(self.verifier.cached)
-        logits, folded = self._verify_forward(list(tree.token_list), tree if tree.num_nodes > 1 else None)
-        result, probs = _verify(tree, logits, sampling, generator)  # logits [nodes, vocab]
+        shape = tree if tree.num_nodes > 1 else None
+        if sampling.greedy and not self.rows_watched:
+            best, folded = self._verify_forward_best(list(tree.token_list), shape)
+            result, probs = accept_greedy_tree(tree, best), None
+        else:
+            logits, folded = self._verify_forward(list(tree.token_list), shape)
+            result, probs = _verify(tree, logits, sampling, generator)  # logits [nodes, vocab]
         self._keep(past, folded, result.kept_nodes)
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
         return RoundResult(result.committed_tokens(tree), verify_start - draft_start,
@@ -215,7 +221,7 @@ class StageRunner:
         past = len(self.verifier.cached)
         tokens = [committed[-1], *proposal.tokens]
         if sampling.greedy and not self.rows_watched:
-            best, folded = self._verify_forward_best(tokens)
+            best, folded = self._verify_forward_best(tokens, None)
             result, probs = accept_greedy_chain(tokens, best), None
         else:
             logits, folded = self._verify_forward(tokens, None)  # logits [1 + gamma, vocab]

@@ -86,7 +86,18 @@ def verify_greedy(tree: DraftTree, target_logits: torch.Tensor) -> VerifyResult:
     """
     if target_logits.shape[0] != tree.num_nodes:
         raise ValueError(f"target_logits has {target_logits.shape[0]} rows for a tree of {tree.num_nodes} nodes")
-    best = best_tokens(target_logits)
+    return accept_greedy_tree(tree, best_tokens(target_logits))
+
+
+def accept_greedy_tree(tree: DraftTree, best: Sequence[int]) -> VerifyResult:
+    """:func:`verify_greedy` given only ``best[i]``, the argmax of the verifier's row after node i:
+    what a backend that reads the argmax in place returns (``Session.extend_best_tokens``).
+
+    >>> accept_greedy_tree(DraftTree((-1, 0, 0, 1), torch.tensor([9, 3, 4, 5])), [4, 0, 5, 1])
+    VerifyResult(accepted_nodes=(2,), next_token=5)
+    """
+    if len(best) != tree.num_nodes:
+        raise ValueError(f"{len(best)} best tokens for a tree of {tree.num_nodes} nodes")
     tokens = tree.token_list
     accepted = [True] + [False] * (tree.num_nodes - 1)
     deepest = 0
@@ -117,8 +128,7 @@ def verify_greedy_chain(tokens: Sequence[int], target_logits: torch.Tensor) -> V
 
 def accept_greedy_chain(tokens: Sequence[int], best: Sequence[int]) -> VerifyResult:
     """:func:`verify_greedy_chain` given only ``best[i]``, the argmax of the verifier's row after
-    ``tokens[i]``: what a backend that reads the argmax in place returns
-    (``Session.extend_best_tokens``).
+    ``tokens[i]`` (as :func:`accept_greedy_tree`).
 
     >>> accept_greedy_chain([9, 4, 5, 3], [4, 5, 6, 7])
     VerifyResult(accepted_nodes=(1, 2), next_token=6)

@@ -41,3 +41,19 @@ def test_a_failing_temporary_conversion_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(CacheError, match="temporary folder either: No space left on device") as raised:
         convert_gguf(default_gguf_path())
     assert "\n" not in str(raised.value)
+
+
+def test_the_same_gguf_elsewhere_reuses_its_conversion(tmp_path, monkeypatch):
+    """The conversion's cache entry is named by the GGUF's contents, not its path: a copy in
+    another folder (a reinstall, a fresh clone's virtual environment) maps to the same entry, a
+    file whose header differs to another."""
+    from specplan.models.load import _gguf_cache_dir
+
+    monkeypatch.setenv("SPECPLAN_CACHE", str(tmp_path / "cache"))
+    data = b"GGUF" + bytes(range(256)) * 8
+    first, second, other = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf", tmp_path / "c" / "model.gguf"
+    for path, content in ((first, data), (second, data), (other, b"GGUG" + data[4:])):
+        path.parent.mkdir()
+        path.write_bytes(content)
+    assert _gguf_cache_dir(first) == _gguf_cache_dir(second)
+    assert _gguf_cache_dir(first)[0] != _gguf_cache_dir(other)[0]

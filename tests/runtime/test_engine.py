@@ -53,25 +53,33 @@ def test_greedy_is_token_identical_to_plain(name, gamma):
         assert result.mean_accepted > gamma  # the perfect drafter is accepted in full (bonus included)
 
 
-def test_greedy_round_reads_rows_only_when_watched():
-    """A greedy sequence round asks the target for its rows' argmax alone
-    (``extend_best_tokens``) unless a listener watches the rows: then the listener sees every
-    verify forward's rows. The output is the plain greedy one either way."""
+@pytest.mark.parametrize("stage", ["sequence", "tree", "learning tree"])
+def test_greedy_round_reads_rows_only_when_watched(stage):
+    """A greedy round asks the target for its rows' argmax alone (``extend_best_tokens``) unless
+    something reads the rows: a listener, or a drafter that learns from them (Token Recycling),
+    which then sees every verify forward's rows. The output is the plain greedy one either way."""
+    from specplan.core.plan import StageShape
+    from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
+    from specplan.runtime.drafters.recycle import RecycleDrafter
     from specplan.runtime.session import ModelSession
 
     class CountingSession(ModelSession):
         best_calls = 0
 
-        def extend_best_tokens(self, tokens):
+        def extend_best_tokens(self, tokens, tree=None):
             self.best_calls += 1
-            return super().extend_best_tokens(tokens)
+            return super().extend_best_tokens(tokens, tree)
 
     target = tiny_llama("sdpa", seed=0)
     session = CountingSession(target, CPU)
-    engine = SpeculativeEngine(session, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=3)
-    prompt = PROMPTS[0]
+    tree = StageShape("tree", parents=(-1, 0, 0, 1))
+    engine = {"sequence": lambda: SpeculativeEngine(session, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=3),
+              "tree": lambda: SpeculativeEngine(session, CPU, eos_ids=set(), drafter=NgramTreeDrafter(3), tree=tree),
+              "learning tree": lambda: SpeculativeEngine(session, CPU, eos_ids=set(), drafter=RecycleDrafter(), tree=tree),
+              }[stage]()
+    prompt, watched = PROMPTS[0], stage == "learning tree"
     assert list(engine.generate(prompt, 16, SamplingConfig()).token_ids) == reference_greedy(target, prompt, 16)
-    assert session.best_calls == session.forwards - 1  # every forward but the prefill
+    assert session.best_calls == (0 if watched else session.forwards - 1)  # every forward but the prefill
     seen = []
     engine.stage.listeners.append(lambda tokens, logits, parents: seen.append((len(tokens), tuple(logits.shape))))
     before = session.best_calls

@@ -288,7 +288,7 @@ def test_advance_equals_extend(backend, prefix):
 def test_extend_best_tokens_is_the_argmax_of_extend(backend):
     """``extend_best_tokens`` (a greedy round that nothing else watches) returns each row's argmax
     and leaves the cache as ``extend`` does, over chains of several widths in turn (llama.cpp's
-    logits buffer viewed again at each width) and after a tree round."""
+    logits buffer viewed again at each width), over a tree, and after a tree round's keep."""
     from specplan.runtime.verify import best_tokens
 
     session, prefix = backend.session, 40
@@ -304,8 +304,11 @@ def test_extend_best_tokens_is_the_argmax_of_extend(backend):
         assert best == best_tokens(expected), width
         backend.assert_rows(after, session.extend(following))
     tokens = tree_tokens(backend, prefix)
+    tree = DraftTree(PARENTS, torch.tensor(tokens))
     start(backend, prefix)
-    session.extend(tokens, DraftTree(PARENTS, torch.tensor(tokens)))
+    rows = session.extend(tokens, tree)
+    start(backend, prefix)
+    assert session.extend_best_tokens(tokens, tree) == best_tokens(rows)
     session.keep(prefix, [0, 2])
     best = session.extend_best_tokens(backend.text[prefix + 30:prefix + 33])
     start(backend, prefix)
