@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specplan.runtime.verify import best_tokens
+
 if TYPE_CHECKING:
     from specplan.runtime.tree import DraftTree
 
@@ -69,8 +71,6 @@ class Session(ABC):
         """``extend(tokens, tree)`` for a caller that reads only each row's argmax (the first
         maximum on ties): a greedy round that nothing else watches. A backend may take the argmax
         where the rows lie instead of copying them out. Default: the argmax of ``extend``'s rows."""
-        from specplan.runtime.verify import best_tokens
-
         return best_tokens(self.extend(tokens, tree))
 
     def advance(self, tokens: Sequence[int]) -> None:

@@ -201,9 +201,6 @@ class BestOfRows:
         return pieces[0] if len(pieces) == 1 else [token for piece in pieces for token in piece]
 
 
-COPY_ROWS, BEST_OF_ROWS = CopyRows(), BestOfRows()
-
-
 class LlamaCppSession(Session):
     """A GGUF model in a llama.cpp context, its KV cache and the token ids sequence 0 holds.
 
@@ -317,13 +314,13 @@ class LlamaCppSession(Session):
 
     def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
         """Decode ``tokens`` (a chain, or ``tree``'s nodes) over the cache; logits [len(tokens), vocab] float32."""
-        return self._append(tokens, tree, read=COPY_ROWS)
+        return self._append(tokens, tree, read=CopyRows)
 
     def extend_best_tokens(self, tokens: Sequence[int], tree=None) -> list[int]:
         """Decode ``tokens`` (a chain, or ``tree``'s nodes); the argmax of each row, taken in
         llama.cpp's own logits buffer (no copy of the rows: a Qwen2.5 row is 600 KB, swept right
         after the decode)."""
-        return self._append(tokens, tree, read=BEST_OF_ROWS)
+        return self._append(tokens, tree, read=BestOfRows)
 
     def advance(self, tokens: Sequence[int]) -> None:
         """Decode ``tokens`` as a chain with no logits row requested: llama.cpp then skips the output
@@ -439,7 +436,7 @@ class LlamaCppSession(Session):
     def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None):
         """llama_decode the tokens in BATCH-sized pieces. With ``read`` None no logits row is
         requested (returns None); else each piece's rows [n, vocab] are requested and ``read``
-        (``COPY_ROWS`` or ``BEST_OF_ROWS``) takes what the caller needs of them from
+        (:class:`CopyRows` or :class:`BestOfRows`) takes what the caller needs of them from
         llama.cpp's buffer, which the next decode overwrites.
 
         This runs between two decodes, where the engine's time counts and Python runs cold

@@ -155,25 +155,23 @@ class StageRunner:
         else:
             self.verifier.advance(missing)  # no reader of the rows: llama.cpp computes none (docs/backends.md)
 
-    def _verify_forward(self, tokens: list[int], tree: DraftTree | None) -> tuple[torch.Tensor, int]:
+    def _verify_forward(self, tokens: list[int], tree: DraftTree | None,
+                        best_only: bool = False) -> tuple[torch.Tensor | list[int], int]:
         """The verifier's forward over the folded catch-up tokens (if any) then ``tokens`` (a
-        chain, or ``tree``'s nodes): logits [len(tokens), vocab] and how many tokens were folded
-        in front (:meth:`_keep` takes it)."""
+        chain, or ``tree``'s nodes): logits [len(tokens), vocab], or with ``best_only`` (nothing
+        but a greedy verify reads the rows: not :attr:`rows_watched`) only each row's argmax,
+        which the backend takes where the rows lie instead of copying them out
+        (``Session.extend_best_tokens``); and how many tokens were folded in front
+        (:meth:`_keep` takes it)."""
         prefix, self.pending = self.pending, []
         shape = tree.after_chain(prefix) if tree is not None and prefix else tree
-        logits = self.verifier.extend([*prefix, *tokens], tree=shape)  # [len(prefix) + n, vocab]
-        self.observe([*prefix, *tokens], logits, shape.parents if shape is not None else None)
-        return (logits[len(prefix):] if prefix else logits), len(prefix)
-
-    def _verify_forward_best(self, tokens: list[int], tree: DraftTree | None) -> tuple[list[int], int]:
-        """:meth:`_verify_forward` when nothing but a greedy verify reads the rows (not
-        :attr:`rows_watched`): the argmax of each of ``tokens``' rows, and how many tokens were
-        folded in front. The backend takes the argmax where the rows lie, right after the decode,
-        instead of copying them out (``Session.extend_best_tokens``)."""
-        prefix, self.pending = self.pending, []
-        shape = tree.after_chain(prefix) if tree is not None and prefix else tree
-        best = self.verifier.extend_best_tokens([*prefix, *tokens], tree=shape)
-        return (best[len(prefix):] if prefix else best), len(prefix)
+        fed = [*prefix, *tokens]
+        if best_only:
+            rows = self.verifier.extend_best_tokens(fed, tree=shape)
+        else:
+            rows = self.verifier.extend(fed, tree=shape)  # [len(prefix) + n, vocab]
+            self.observe(fed, rows, shape.parents if shape is not None else None)
+        return (rows[len(prefix):] if prefix else rows), len(prefix)
 
     def _keep(self, past: int, folded: int, nodes) -> None:
         """Keep the ``folded`` catch-up tokens and the tree's ``nodes`` of the last verify forward."""
@@ -201,7 +199,7 @@ class StageRunner:
         past = len(self.verifier.cached)
         shape = tree if tree.num_nodes > 1 else None
         if sampling.greedy and not self.rows_watched:
-            best, folded = self._verify_forward_best(list(tree.token_list), shape)
+            best, folded = self._verify_forward(list(tree.token_list), shape, best_only=True)
             result, probs = accept_greedy_tree(tree, best), None
         else:
             logits, folded = self._verify_forward(list(tree.token_list), shape)
@@ -221,7 +219,7 @@ class StageRunner:
         past = len(self.verifier.cached)
         tokens = [committed[-1], *proposal.tokens]
         if sampling.greedy and not self.rows_watched:
-            best, folded = self._verify_forward_best(tokens, None)
+            best, folded = self._verify_forward(tokens, None, best_only=True)
             result, probs = accept_greedy_chain(tokens, best), None
         else:
             logits, folded = self._verify_forward(tokens, None)  # logits [1 + gamma, vocab]
