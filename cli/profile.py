@@ -227,6 +227,9 @@ def command(args) -> int:
     save_profile(profile, args.output)
     checkpoint.unlink(missing_ok=True)  # the curves are in the profile now
     print(f"specplan: wrote {args.output}")
+    if profile.target.wide_from:
+        print(f"specplan: the target verifies chains of {profile.target.wide_from} tokens or more on a second, "
+              "unrepacked copy of its weights, faster there on this CPU (docs/backends.md)")
     if plan_path is not None:
         solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=None, temperature=0.0, explain=False)
     return 0

@@ -87,6 +87,10 @@ class ModelEntry:
     # ms the batched runtime adds to each forward of b sequences x n tokens beyond T(n, b): padding
     # masks, holes, rollback and per-sequence verification, measured per batch (planner-math.md 11.4)
     batch_overhead: tuple[LatencyCurve, ...] = ()
+    # llama.cpp fast numerics: chain extends of this many tokens or more run on a second copy of the
+    # weights that llama.cpp does not repack, faster there (docs/backends.md, "Wide verifies on
+    # unrepacked weights"); ``latency`` is then timed that way from this width on. 0: never
+    wide_from: int = 0
 
 
 @dataclass(frozen=True)
@@ -383,6 +387,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
                 mode=str(m.get("mode", "eager")),
                 shape=_shape(m.get("shape"), f"models[{m['id']}]"),
                 batch_overhead=_overheads(m.get("batch_overhead"), f"models[{m['id']}].batch_overhead", version),
+                wide_from=_count(m.get("wide_from", 0), f"models[{m['id']}].wide_from"),
             )
             for m in document["models"]
         )
@@ -429,6 +434,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
                                        for curve in model["batch_overhead"]]
         else:
             del model["batch_overhead"]  # only batched profiles carry it: others read as before
+        if not model["wide_from"]:
+            del model["wide_from"]  # only llama.cpp targets with wide verifies: others read as before
         if model.get("shape") is None:
             model.pop("shape", None)
         elif not model["shape"]["extra_weights"]:

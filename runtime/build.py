@@ -43,19 +43,21 @@ LLAMA_CPP_CONTEXT = 4096  # cells of each llama.cpp session: the prompt, the new
 def target_session(target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
     """The target's session on its backend: llama.cpp over its GGUF file, or torch over its weights."""
     if target.backend == "llama.cpp":
-        return llama_cpp_session(target.path, target, exact=target.exact)
+        return llama_cpp_session(target.path, target, exact=target.exact, wide_from=target.wide_from)
     return ModelSession(target.model, device, runtime=runtime)
 
 
-def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool) -> Session:
-    """A llama.cpp session over ``gguf`` with the run's threads (``target.threads``; 0: every core).
+def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_from: int = 0) -> Session:
+    """A llama.cpp session over ``gguf`` with the run's threads (``target.threads``; 0: every core);
+    ``wide_from``: see :class:`~specplan.runtime.llama_cpp_session.LlamaCppSession` (the target's only).
 
     ``exact`` for the target's session when the run asks for it (``target.exact``); a drafter's
     session runs llama.cpp's fast kernels whatever the target does, since the verifier alone decides
     the output (docs/backends.md, "What lossless means here")."""
     from specplan.runtime.llama_cpp_session import LlamaCppSession
 
-    return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact)
+    return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact,
+                           wide_from=wide_from)
 
 
 def _llama_cpp_drafter(spec: DrafterSpec, target: LoadedModel) -> Session:

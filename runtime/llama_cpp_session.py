@@ -36,6 +36,7 @@ import torch
 from specplan.core.errors import BackendMissingError, ModelError, SpecplanError
 from specplan.core.parents import check_parents, node_depths
 from specplan.runtime.backend import Session
+from specplan.runtime.llama_cpp_wide import StateBuffer, WideContext, copy_committed
 
 COMMITTED = 0  # the sequence id of the committed text; path p of a tree extend has id p + 1
 BATCH = 512  # tokens per llama_decode (n_batch = n_ubatch); a longer extend is split into several
@@ -79,16 +80,16 @@ def repacks_weights(exact: bool) -> bool:
     return not exact and not _has_amx(_llama_cpp())
 
 
-def load_model(llama_cpp, model_path: str | Path, exact: bool = True):
+def load_model(llama_cpp, model_path: str | Path, exact: bool = True, repack: bool | None = None):
     """Load the GGUF file at ``model_path`` on the CPU; ModelError (one line) when it is missing or unloadable.
 
-    Weight repacking as :func:`repacks_weights` says."""
+    Weight repacking as ``repack`` says, else as :func:`repacks_weights` says."""
     path = Path(model_path)
     if not path.is_file():
         raise ModelError(f"GGUF file {path} does not exist; pass the path of an existing .gguf file")
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
-    params.use_extra_bufts = repacks_weights(exact)
+    params.use_extra_bufts = repacks_weights(exact) if repack is None else repack
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise ModelError(f"llama.cpp could not load {path} (not a GGUF model this llama.cpp supports); "
@@ -209,13 +210,15 @@ class LlamaCppSession(Session):
     paths a tree extend may have (one sequence id each); ``verbose``: keep llama.cpp's log;
     ``exact``: settings under which an extend of fewer than 64 tokens gives logits bit-identical
     to one-token extends (see :func:`context_params`; off: faster one-token decodes on many cores).
-    Use it as a context manager or call :meth:`close` to free the model and context.
+    ``wide_from``: chain extends of this many tokens or more run on a second copy of the weights
+    that llama.cpp does not repack (:mod:`~specplan.runtime.llama_cpp_wide`; 0: never, and ignored
+    where the session does not repack: exact numerics, AMX). Use it as a context manager or call :meth:`close` to free the model and context.
     """
 
     backend = "llama.cpp"
 
     def __init__(self, model_path: str | Path, n_ctx: int = 4096, threads: int | None = None,
-                 max_tree_paths: int = 64, verbose: bool = False, exact: bool = True):
+                 max_tree_paths: int = 64, verbose: bool = False, exact: bool = True, wide_from: int = 0):
         """Load ``model_path`` and create its context (the arguments are in the class docstring)."""
         self._llama = _llama_cpp()
         _prepare_backend(self._llama, verbose)
@@ -231,7 +234,8 @@ class LlamaCppSession(Session):
         self.forwards = 0
         self.forward_seconds = 0.0
         self.compactions = 0  # times sequence 0 was compacted to make room
-        self._model = self._context = self._batch = None
+        self.copies = 0  # times sequence 0 was copied between this context and the wide one
+        self._model = self._context = self._batch = self._wide = None
         self._model = load_model(self._llama, self.model_path, exact)
         self._context = self._new_context(n_ctx)
         self._memory = self._llama.llama_get_memory(self._context)
@@ -242,6 +246,16 @@ class LlamaCppSession(Session):
         self.n_ctx = self._llama.llama_n_ctx(self._context)
         self._tree: TreeLayout | None = None  # the last tree extend, until keep or trim
         self._junk = 0  # cells held by the junk sequence
+        self._held = 0  # how many of ``cached`` this context's sequence 0 holds (fewer after a wide extend)
+        self._state_buffer = StateBuffer()
+        self.wide_from = wide_from if wide_from > 0 and repacks_weights(exact) else 0
+        if self.wide_from:
+            try:
+                self._wide = WideContext(self._llama, self.model_path,
+                                         context_params(self._llama, self.n_ctx, 1, self.threads, exact))
+            except ModelError:
+                self.close()
+                raise
 
     def _new_context(self, n_ctx: int):
         """A context with one unified cache for ``max_tree_paths + 2`` sequences (see :func:`context_params`)."""
@@ -297,9 +311,12 @@ class LlamaCppSession(Session):
         """Empty the cache: every sequence's cells are freed."""
         self._check_open()
         self._llama.llama_memory_clear(self._memory, True)
+        if self._wide is not None:
+            self._wide.clear()
         self.cached = []
         self._tree = None
         self._junk = 0
+        self._held = 0
 
     def trim(self, length: int) -> None:
         """Keep only the first ``length`` positions of sequence 0 and drop every path sequence
@@ -309,7 +326,7 @@ class LlamaCppSession(Session):
             self.reset()
         elif length < len(self.cached) or self._tree is not None:
             self._drop_path_sequences()
-            self._llama.llama_memory_seq_rm(self._memory, COMMITTED, length, -1)
+            self._drop_committed_from(length)
             del self.cached[length:]
 
     def extend(self, tokens: Sequence[int], tree=None) -> torch.Tensor:
@@ -337,15 +354,21 @@ class LlamaCppSession(Session):
         start = time.perf_counter()
         tokens = [int(token) for token in tokens]
         past = len(self.cached)
-        self._make_room(past, len(tokens))
+        wide = self._wide is not None and tree is None and len(tokens) >= self.wide_from
+        context = self._synced_context(wide, past)
+        self._make_room(past, len(tokens), compact=not wide)
         if tree is None:
             self._drop_path_sequences()
             positions = [past + index for index in range(len(tokens))]
             sequence_ids = [[COMMITTED]] * len(tokens)
         else:
             positions, sequence_ids = self._prepare_tree(tree, past, len(tokens))
-        rows = self._decode(tokens, positions, sequence_ids, read)
+        rows = self._decode(tokens, positions, sequence_ids, read, context)
         self.cached.extend(tokens)
+        if wide:
+            self._wide.held = len(self.cached)
+        else:
+            self._held = len(self.cached)
         self.forwards += 1
         self.forward_seconds += time.perf_counter() - start
         return rows
@@ -360,10 +383,11 @@ class LlamaCppSession(Session):
             if nodes != list(range(len(nodes))):
                 raise ValueError(f"nodes {nodes} are not a prefix of the last chain extend")
             if len(nodes) < len(new_tokens):  # a whole chain kept (every plain round) leaves nothing to drop
-                self._llama.llama_memory_seq_rm(self._memory, COMMITTED, past_length + len(nodes), -1)
+                self._drop_committed_from(past_length + len(nodes))
         else:
             self._keep_path(past_length, nodes)
         self.cached = self.cached[:past_length] + [new_tokens[node] for node in nodes]
+        self._held = min(self._held, len(self.cached))
 
     # ---- helpers -------------------------------------------------------------------------------
 
@@ -388,25 +412,70 @@ class LlamaCppSession(Session):
                 self._junk += 1
         self._drop_path_sequences()
 
-    def _make_room(self, past: int, count: int) -> None:
+    def copy_ms(self, repeats: int = 5) -> float:
+        """Median ms of copying sequence 0 (as cached now) from the wide context to this one, which
+        a plain round after a wide extend pays, and back, which a wide extend after plain rounds
+        pays (the profiler adds it to the wide widths' T(n)); 0.0 without a wide context."""
+        if self._wide is None or not self.cached:
+            return 0.0
+        self._drop_path_sequences()
+        self._synced_context(False, len(self.cached))
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            self._copy(self._context, self._wide.context)
+            self._copy(self._wide.context, self._context)
+            times.append((time.perf_counter() - started) * 1e3 / 2)
+        self._wide.held = self._held = len(self.cached)
+        self._junk, self._tree = 0, None
+        return float(np.median(times))
+
+    def _drop_committed_from(self, length: int) -> None:
+        """Free sequence 0's cells from position ``length`` on, in both contexts."""
+        if length < self._held:
+            self._llama.llama_memory_seq_rm(self._memory, COMMITTED, length, -1)
+            self._held = length
+        if self._wide is not None:
+            self._wide.trim(length)
+
+    def _synced_context(self, wide: bool, past: int):
+        """The context the next extend decodes in (the wide one when ``wide``), holding all ``past``
+        committed tokens: sequence 0 is copied to it from the other context when it lags."""
+        if not wide:
+            if self._held < past:
+                self._copy(self._wide.context, self._context)
+                self._held, self._junk, self._tree = past, 0, None
+            return self._context
+        if self._wide.held < past:
+            self._drop_path_sequences()
+            self._copy(self._context, self._wide.context)
+            self._wide.held = past
+        return self._wide.context
+
+    def _copy(self, source, destination) -> None:
+        """Copy sequence 0 from ``source`` to ``destination`` (see :func:`copy_committed`); on failure
+        the session is reset and a one-line SpecplanError raised."""
+        try:
+            copy_committed(self._llama, source, destination, self._state_buffer)
+        except SpecplanError as error:
+            self.reset()
+            raise SpecplanError(f"{error}; the session was reset") from None
+        if source is not destination:
+            self.copies += 1
+
+    def _make_room(self, past: int, count: int, compact: bool = True) -> None:
         """One-line SpecplanError when ``count`` more cells cannot fit beside ``past`` cached ones;
-        compact sequence 0 when they fit only without the junk cells."""
+        with ``compact``, compact sequence 0 when they fit only without the junk cells."""
         if past + count > self.n_ctx:
             raise SpecplanError(f"the llama.cpp context holds {self.n_ctx} tokens but this extend needs {past + count} "
                                 f"({past} cached + {count} new); raise n_ctx")
-        if self._junk and past + count + self._junk > self.n_ctx:
+        if compact and self._junk and past + count + self._junk > self.n_ctx:
             self._compact()
 
     def _compact(self) -> None:
         """Rewrite sequence 0 into consecutive cells and free every other cell (an exact copy)."""
         self._drop_path_sequences()
-        size = self._llama.llama_state_seq_get_size(self._context, COMMITTED)
-        state = (ctypes.c_uint8 * size)()
-        written = self._llama.llama_state_seq_get_data(self._context, state, size, COMMITTED)
-        self._llama.llama_memory_clear(self._memory, True)
-        if written != size or self._llama.llama_state_seq_set_data(self._context, state, size, COMMITTED) != size:
-            self.cached = []
-            raise SpecplanError("llama.cpp could not restore the cache while compacting it; the session was reset")
+        self._copy(self._context, self._context)
         self._junk = 0
         self.compactions += 1
 
@@ -433,8 +502,10 @@ class LlamaCppSession(Session):
                 self._llama.llama_memory_seq_rm(self._memory, COMMITTED + 1 + index, -1, -1)
         self._tree = None
 
-    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None):
-        """llama_decode the tokens in BATCH-sized pieces. With ``read`` None no logits row is
+    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None,
+                context=None):
+        """llama_decode the tokens in BATCH-sized pieces, in ``context`` (default: the session's own,
+        else its wide one). With ``read`` None no logits row is
         requested (returns None); else each piece's rows [n, vocab] are requested and ``read``
         (:class:`CopyRows` or :class:`BestOfRows`) takes what the caller needs of them from
         llama.cpp's buffer, which the next decode overwrites.
@@ -442,24 +513,25 @@ class LlamaCppSession(Session):
         This runs between two decodes, where the engine's time counts and Python runs cold
         (measurements/decode_gaps.py): the rows are viewed through a cached numpy array, copied
         at most once, and handed to torch without a second copy."""
+        context = context or self._context
         pieces = []
         for first in range(0, len(tokens), BATCH):
             last = min(first + BATCH, len(tokens))
             self._fill_batch(tokens[first:last], positions[first:last], sequence_ids[first:last], read is not None)
-            status = self._llama.llama_decode(self._context, self._batch)
+            status = self._llama.llama_decode(context, self._batch)
             if status != 0:
-                self._fail_decode(status, first)
+                self._fail_decode(status, first, context)
             if read is not None:
-                pieces.append(read.take(self._logits_view(last - first)))
+                pieces.append(read.take(self._logits_view(last - first, context)))
         if read is None:
             return None
         return read.join(pieces, self._vocab_size)
 
-    def _logits_view(self, rows: int) -> np.ndarray:
+    def _logits_view(self, rows: int, context) -> np.ndarray:
         """llama.cpp's logits buffer after a decode, as a float32 array [rows, vocab] (no copy).
         Views are cached by the buffer's address and row count: making one through ctypes costs
         more than reading a row."""
-        pointer = self._llama.llama_get_logits(self._context)
+        pointer = self._llama.llama_get_logits(context)
         key = (ctypes.addressof(pointer.contents), rows)
         view = self._views.get(key)
         if view is None:
@@ -479,10 +551,10 @@ class LlamaCppSession(Session):
                 batch.seq_id[index][slot] = sequence
             batch.logits[index] = 1 if logits else 0
 
-    def _fail_decode(self, status: int, first: int) -> None:
-        """Undo what a failed extend left in the cache and raise a one-line SpecplanError."""
+    def _fail_decode(self, status: int, first: int, context) -> None:
+        """Undo what a failed extend left in the cache of ``context`` and raise a one-line SpecplanError."""
         self._drop_path_sequences()
-        self._llama.llama_memory_seq_rm(self._memory, COMMITTED, len(self.cached), -1)
+        self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(context), COMMITTED, len(self.cached), -1)
         reason = "no free cache cells; raise n_ctx" if status == 1 else "set verbose=True to see llama.cpp's reason"
         raise SpecplanError(f"llama_decode failed with status {status} at token {first} of the extend: {reason}")
 
@@ -496,6 +568,9 @@ class LlamaCppSession(Session):
         if getattr(self, "_batch", None) is not None:
             llama.llama_batch_free(self._batch)
             self._batch = None
+        if getattr(self, "_wide", None) is not None:
+            self._wide.close()
+            self._wide = None
         if getattr(self, "_context", None):
             llama.llama_free(self._context)
         self._context = self._memory = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -136,7 +136,8 @@ class PlanRunner:
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
         check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
         if profile.backend == "llama.cpp":
-            target = load_gguf_model(profile.target.source, threads, exact=profile.exact)
+            target = replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
+                             wide_from=profile.target.wide_from)
         else:
             target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_weights(profile, target.fingerprint, force)

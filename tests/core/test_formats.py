@@ -49,6 +49,22 @@ def test_llama_cpp_numerics_round_trip_and_torch_profiles_read_as_before(tmp_pat
         profile_from_dict(document)
 
 
+def test_wide_from_round_trip_and_profiles_without_it_read_as_before(tmp_path):
+    from dataclasses import replace
+
+    assert "wide_from" not in profile_to_dict(make_profile())["models"][0]  # 0 (never): the key is not written
+    target = replace(make_profile().models[0], wide_from=24)
+    profile = replace(make_profile(), device=DeviceInfo("cpu", "test cpu", "cpu", "llama.cpp", "fast"),
+                      models=(target,) + make_profile().models[1:])
+    save_profile(profile, tmp_path / "profile.yaml")
+    loaded = load_profile(tmp_path / "profile.yaml")
+    assert loaded == profile and loaded.target.wide_from == 24
+    document = profile_to_dict(profile)
+    document["models"][0]["wide_from"] = -1
+    with pytest.raises(ProfileError, match="wide_from"):
+        profile_from_dict(document)
+
+
 def test_drafted_histogram_round_trip(tmp_path):
     from dataclasses import replace
 

@@ -235,6 +235,48 @@ def test_llama_cpp_compaction_keeps_rows_exact(backend):
         assert torch.equal(rows, session.extend(backend.text[:3]))
 
 
+def wide_script(session, text: list[int]) -> list[torch.Tensor]:
+    """Extends of every kind in the order rounds make them: a long prefill, one-token rounds,
+    a chain verify kept in part, a tree kept along a path, chains of both widths, trims."""
+    session.reset()
+    rows = [session.extend(text[:100])]
+    rows += [session.extend([token]) for token in text[100:104]]
+    rows.append(session.extend(text[104:112]))
+    session.keep(104, [0, 1, 2])
+    rows.append(session.extend(text[107:108]))
+    tokens = text[108:113]
+    rows.append(session.extend(tokens, DraftTree((-1, 0, 0, 1, 2), torch.tensor(tokens))))
+    session.keep(108, [0, 1, 3])
+    rows.append(session.extend(text[111:120]))
+    session.trim(113)
+    rows += [session.extend(text[113:118]), session.extend(text[118:119])]
+    session.trim(50)
+    rows.append(session.extend(text[50:51]))
+    return rows
+
+
+def test_llama_cpp_wide_extends_equal_one_context(backend):
+    """A session that verifies chains of 5 or more on a second, unrepacked copy of the weights
+    gives every row of a session without one, bit for bit: the default GGUF (Q4_1) has no
+    repacked kernel, so the copies of sequence 0 between the contexts are all that differs."""
+    if backend.name != "llama.cpp":
+        pytest.skip("llama.cpp wide verifies")
+    from specplan.runtime.llama_cpp_session import LlamaCppSession, repacks_weights
+
+    if not repacks_weights(False):
+        pytest.skip("this CPU's llama.cpp does not repack weights (AMX)")
+    path = backend.session.model_path
+    with LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False) as one:
+        expected, cached = wide_script(one, backend.text), list(one.cached)
+    with LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False, wide_from=5) as two:
+        rows = wide_script(two, backend.text)
+        assert two.cached == cached and two.copies == 5  # wide->one, one->wide, wide->one (twice), one->wide
+    for got, want in zip(rows, expected, strict=True):
+        assert torch.equal(got, want)
+    with LlamaCppSession(path, n_ctx=64, threads=1, max_tree_paths=8, wide_from=5) as exact:
+        assert exact.wide_from == 0  # exact numerics never repack: a second copy would be the same kernels
+
+
 @pytest.mark.slow  # two threads thrash on a busy 2-core machine
 def test_llama_cpp_exact_on_two_threads(backend):
     """With several threads, one-token decodes still match a batch bit for bit past 512 cache cells

@@ -1,0 +1,40 @@
+"""Which widths the llama.cpp target verifies on its unrepacked copy (profiler/wide_verify.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specplan.core.profile import LatencyCurve
+from specplan.profiler.wide_verify import MARGIN, route
+
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+REPACKED = LatencyCurve(256, WIDTHS, (40.0, 68.0, 113.0, 246.0, 284.0, 486.0, 824.0))
+
+
+def wide(*ms: float) -> LatencyCurve:
+    return LatencyCurve(256, WIDTHS, tuple(ms))
+
+
+def test_the_wide_copy_takes_the_widths_from_where_it_stays_faster():
+    curve, wide_from = route(REPACKED, wide(49.0, 98.0, 149.0, 305.0, 323.0, 466.0, 691.0))
+    assert wide_from == 32
+    assert curve.ms == REPACKED.ms[:5] + (466.0, 691.0) and curve.n == WIDTHS and curve.context == 256
+
+
+def test_a_faster_width_below_a_slower_one_is_not_taken():
+    """Faster at 8 but not at 16: the session routes by one threshold, so only 32 and 64 go wide."""
+    curve, wide_from = route(REPACKED, wide(49.0, 98.0, 149.0, 200.0, 323.0, 466.0, 691.0))
+    assert wide_from == 32 and curve.ms[3] == 246.0
+
+
+@pytest.mark.parametrize("ms", [
+    (49.0, 98.0, 149.0, 305.0, 323.0, 500.0, 830.0),  # never faster
+    (40.0, 68.0, 113.0, 246.0, 284.0, 486.0, 824.0 * (1 - MARGIN / 2)),  # faster, but within the margin
+])
+def test_no_wide_copy_where_it_does_not_pay(ms):
+    assert route(REPACKED, wide(*ms)) == (REPACKED, 0)
+
+
+def test_no_wide_curve_or_other_widths_leave_the_curve_alone():
+    assert route(REPACKED, None) == (REPACKED, 0)
+    assert route(REPACKED, LatencyCurve(256, (1, 64), (49.0, 600.0))) == (REPACKED, 0)
