@@ -114,6 +114,15 @@ def profiled_runtime(profile: Profile) -> RuntimeMode:
     return RuntimeMode("compiled") if profile.target.mode == "compiled" else EAGER
 
 
+def wide_verify_width(plan: Plan, profile: Profile) -> int:
+    """The profile's ``wide_from`` when the plan may verify that many tokens at once, else 0: a
+    plan that never does (plain decoding, short chains) loads no second copy of the weights
+    (docs/backends.md, "Wide verifies on unrepacked weights")."""
+    wide_from = profile.target.wide_from
+    widest = plan.widest_target_verify()
+    return wide_from if wide_from and (widest is None or widest >= wide_from) else 0
+
+
 @dataclass
 class PlanRunner:
     plan: Plan
@@ -137,7 +146,7 @@ class PlanRunner:
         check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
         if profile.backend == "llama.cpp":
             target = replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
-                             wide_from=profile.target.wide_from)
+                             wide_from=wide_verify_width(plan, profile))
         else:
             target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_weights(profile, target.fingerprint, force)
