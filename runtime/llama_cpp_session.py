@@ -212,7 +212,8 @@ class LlamaCppSession(Session):
     to one-token extends (see :func:`context_params`; off: faster one-token decodes on many cores).
     ``wide_from``: chain extends of this many tokens or more run on a second copy of the weights
     that llama.cpp does not repack (:mod:`~specplan.runtime.llama_cpp_wide`; 0: never, and ignored
-    where the session does not repack: exact numerics, AMX). Use it as a context manager or call :meth:`close` to free the model and context.
+    where the session does not repack: exact numerics, AMX; it may be changed between extends).
+    Use it as a context manager or call :meth:`close` to free the models and contexts.
     """
 
     backend = "llama.cpp"
@@ -413,9 +414,10 @@ class LlamaCppSession(Session):
         self._drop_path_sequences()
 
     def copy_ms(self, repeats: int = 5) -> float:
-        """Median ms of copying sequence 0 (as cached now) from the wide context to this one, which
-        a plain round after a wide extend pays, and back, which a wide extend after plain rounds
-        pays (the profiler adds it to the wide widths' T(n)); 0.0 without a wide context."""
+        """Median ms of one copy of sequence 0 (as cached now) between the two contexts: each repeat
+        copies it to the wide context, as a wide extend after plain rounds does, and back, as the
+        next plain round does (the profiler adds both to the wide widths' T(n)); 0.0 without a
+        wide context."""
         if self._wide is None or not self.cached:
             return 0.0
         self._drop_path_sequences()
@@ -504,8 +506,8 @@ class LlamaCppSession(Session):
 
     def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None,
                 context=None):
-        """llama_decode the tokens in BATCH-sized pieces, in ``context`` (default: the session's own,
-        else its wide one). With ``read`` None no logits row is
+        """llama_decode the tokens in BATCH-sized pieces, in ``context`` (the session's own by default,
+        or its wide one). With ``read`` None no logits row is
         requested (returns None); else each piece's rows [n, vocab] are requested and ``read``
         (:class:`CopyRows` or :class:`BestOfRows`) takes what the caller needs of them from
         llama.cpp's buffer, which the next decode overwrites.
