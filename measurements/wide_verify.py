@@ -6,7 +6,8 @@ verifies on unrepacked weights"). This times one decode of n tokens (a logits ro
 warm cache of ``--context`` tokens on both copies, interleaved, as the profiler does
 (profiler/wide_verify.py ``measure_routes``); medians. Then the ms of copying the cache's
 sequence 0 between the two contexts, and the width from which the profiler would take the
-unrepacked copy (profiler/wide_verify.py ``route``, without the copies' cost added). Run:
+unrepacked copy (profiler/wide_verify.py ``route``, without the copies' cost added); last, the ms
+of a one-token decode with and without the second copy loaded. Run:
 
     .venv/bin/python measurements/wide_verify.py [--model qwen2.5-coder-1.5b] [--context 256]
         [--threads 2] [--repeats 5]
@@ -15,11 +16,36 @@ unrepacked copy (profiler/wide_verify.py ``route``, without the copies' cost add
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 from specplan.models.load import gguf_file
 from specplan.profiler.latency import LLAMA_CPP_WIDTHS
 from specplan.profiler.wide_verify import measure_routes, route
 from specplan.runtime.llama_cpp_session import LlamaCppSession
+
+
+def one_token_ms(path, context: list[int], threads: int, repeats: int) -> dict[str, float]:
+    """Median ms of a one-token decode in a session without and with the second copy loaded
+    (``wide_from=32``), each run of 48 decodes right after a 64-token verify and a fresh prefill
+    (on the second copy where it is loaded, as a plan's rounds leave it), interleaved."""
+    sessions = {"one copy": LlamaCppSession(path, n_ctx=1024, threads=threads, exact=False),
+                "two copies": LlamaCppSession(path, n_ctx=1024, threads=threads, exact=False, wide_from=32)}
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    for _ in range(repeats):
+        for name, session in sessions.items():
+            session.reset()
+            session.extend(context)
+            session.extend(context[:64])
+            session.reset()
+            session.extend(context)
+            token, started = context[-1], time.perf_counter()
+            for _ in range(48):
+                token = session.extend_best_tokens([token])[0]
+            samples[name].append((time.perf_counter() - started) * 1e3 / 48)
+    for session in sessions.values():
+        session.close()
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -41,6 +67,8 @@ def main() -> None:
     _, wide_from = route(curves[0], curves[1])
     print(f"one copy of sequence 0 between the contexts: {copy_ms:.2f} ms; "
           f"unrepacked from width {wide_from or 'never'} (copies not added)")
+    plain = one_token_ms(gguf_file(args.model), context, args.threads, args.repeats)
+    print("one-token decode after a 64-token verify, ms: " + ", ".join(f"{name} {ms:.2f}" for name, ms in plain.items()))
 
 
 if __name__ == "__main__":

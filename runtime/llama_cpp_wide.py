@@ -3,8 +3,8 @@
 
 llama.cpp's fast CPU path repacks quantized weights when it loads them ("extra buffer types"),
 for kernels that favour few tokens per decode: on this project's 2-core AVX-512 CPU a one-token
-decode of Qwen2.5-Coder-1.5B Q4_K_M takes 36 ms repacked and 48 ms not, but a 64-token decode 812
-ms repacked and 700 ms not (measurements/wide_verify.py). A session given ``wide_from`` holds both:
+decode of Qwen2.5-Coder-1.5B Q4_K_M takes 35 ms repacked and 46 ms not, but a 64-token decode 814
+ms repacked and 692 ms not (measurements/wide_verify.py). A session given ``wide_from`` holds both:
 its own context over the repacked weights, and a :class:`WideContext` over the same GGUF file
 loaded as it is, where chain extends of ``wide_from`` tokens or more are decoded. Each context
 knows how many of the committed tokens it holds (``held``); before one of them decodes, sequence 0
