@@ -44,7 +44,7 @@ from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.acceptance import teacher_forced_logits
 from specplan.profiler.retrieval_acceptance import replay_retrieval
-from specplan.profiler.wide_verify import NEVER, WIDE_CURVE, measure_both, route, wide_applies
+from specplan.profiler.wide_verify import NEVER, WIDE_CURVE, measure_both, route
 from specplan.core.yamlio import read_document
 
 
@@ -249,7 +249,7 @@ def _measure_curves(networks, target: LoadedModel, device, context: list[int], s
             if is_draft_head(network):  # timed as the drafter calls it, after a target step
                 curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
                                                         verifier=target.model, runtime=settings.runtime)
-            elif model_id == "target" and wide_applies(target):  # both copies of its weights, interleaved
+            elif model_id == "target" and getattr(network, "wide_from", 0):  # a session that loaded both copies
                 curves[model_id], curves[WIDE_CURVE] = measure_both(network, context, widths, settings.repeats, bar.update)
             else:
                 curves[model_id] = measure_latency(network, device, context, widths, settings.repeats, bar.update,
@@ -290,8 +290,9 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
     context = context_ids_for(target, prompts, settings.context)
-    target_network = target.model if target.backend == "torch" else target_session(
-        replace(target, wide_from=NEVER) if wide_applies(target) else target, device)
+    # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
+    # curves time it) where its weights are repacked; elsewhere it drops wide_from
+    target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)
     networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
     sources = {"target": target.source, **{b.spec.id: b.spec.source for b in built if b.model is not None}}
     device_info = describe_device(device) if target.backend == "torch" else llama_cpp_device(target)

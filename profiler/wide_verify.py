@@ -19,22 +19,12 @@ import time
 from collections.abc import Callable, Sequence
 
 from specplan.core.profile import LatencyCurve
-from specplan.models.load import LoadedModel
+from specplan.profiler.latency import _filler
 
 MARGIN = 0.03  # the wide path must save at least this share of T(n) at every width it takes
 WIDE_CURVE = "target:wide"  # the key of the wide curve among the profiler's (checkpointed) curves
-NEVER = 1 << 30  # a wide_from no extend reaches
-
-
-def wide_applies(target: LoadedModel) -> bool:
-    """Whether the target's session repacks its weights, so that a wide copy could differ (the
-    profiler then opens it with ``wide_from=NEVER``: both copies loaded, the wide one used only
-    while :func:`measure_both` times it)."""
-    if target.backend != "llama.cpp":
-        return False
-    from specplan.runtime.llama_cpp_session import repacks_weights
-
-    return repacks_weights(target.exact)
+NEVER = 1 << 30  # a wide_from no extend reaches: the profiler's target session loads both copies and
+# runs on the repacked one but while measure_both times the other
 
 
 def measure_both(session, context: Sequence[int], widths: Sequence[int], repeats: int,
@@ -62,7 +52,7 @@ def measure_routes(session, context: Sequence[int], widths: Sequence[int], repea
     context = list(context)
     session.reset()
     session.extend(context)
-    filler = (context * (max(widths) // max(1, len(context)) + 2))[:max(widths)]
+    filler = _filler(context, widths)
     samples = {(route, width): [] for route in (NEVER, 1) for width in widths}
     for attempt in range(repeats + 1):
         for width in widths:

@@ -252,7 +252,7 @@ class LlamaCppSession(Session):
         self.wide_from = wide_from if wide_from > 0 and repacks_weights(exact) else 0
         if self.wide_from:
             try:
-                self._wide = WideContext(self._llama, self.model_path,
+                self._wide = WideContext(self._llama, load_model(self._llama, self.model_path, repack=False),
                                          context_params(self._llama, self.n_ctx, 1, self.threads, exact))
             except ModelError:
                 self.close()
@@ -364,7 +364,7 @@ class LlamaCppSession(Session):
             sequence_ids = [[COMMITTED]] * len(tokens)
         else:
             positions, sequence_ids = self._prepare_tree(tree, past, len(tokens))
-        rows = self._decode(tokens, positions, sequence_ids, read, context)
+        rows = self._decode(context, tokens, positions, sequence_ids, read)
         self.cached.extend(tokens)
         if wide:
             self._wide.held = len(self.cached)
@@ -428,8 +428,6 @@ class LlamaCppSession(Session):
             self._copy(self._context, self._wide.context)
             self._copy(self._wide.context, self._context)
             times.append((time.perf_counter() - started) * 1e3 / 2)
-        self._wide.held = self._held = len(self.cached)
-        self._junk, self._tree = 0, None
         return float(np.median(times))
 
     def _drop_committed_from(self, length: int) -> None:
@@ -446,22 +444,27 @@ class LlamaCppSession(Session):
         if not wide:
             if self._held < past:
                 self._copy(self._wide.context, self._context)
-                self._held, self._junk, self._tree = past, 0, None
             return self._context
         if self._wide.held < past:
-            self._drop_path_sequences()
+            self._drop_path_sequences()  # a pending tree's paths share sequence 0's cells
             self._copy(self._context, self._wide.context)
-            self._wide.held = past
         return self._wide.context
 
     def _copy(self, source, destination) -> None:
-        """Copy sequence 0 from ``source`` to ``destination`` (see :func:`copy_committed`); on failure
-        the session is reset and a one-line SpecplanError raised."""
+        """Copy sequence 0 from ``source`` to ``destination`` (see :func:`copy_committed`; the same
+        context: a compaction), which then holds what ``source`` held and, when it is this session's
+        own context, no junk and no path sequence. On failure the session is reset and a one-line
+        SpecplanError raised."""
         try:
             copy_committed(self._llama, source, destination, self._state_buffer)
         except SpecplanError as error:
             self.reset()
             raise SpecplanError(f"{error}; the session was reset") from None
+        held = self._held if source is self._context else self._wide.held
+        if destination is self._context:
+            self._held, self._junk, self._tree = held, 0, None
+        else:
+            self._wide.held = held
         if source is not destination:
             self.copies += 1
 
@@ -478,7 +481,6 @@ class LlamaCppSession(Session):
         """Rewrite sequence 0 into consecutive cells and free every other cell (an exact copy)."""
         self._drop_path_sequences()
         self._copy(self._context, self._context)
-        self._junk = 0
         self.compactions += 1
 
     def _prepare_tree(self, tree, past: int, count: int) -> tuple[list[int], list[list[int]]]:
@@ -504,10 +506,9 @@ class LlamaCppSession(Session):
                 self._llama.llama_memory_seq_rm(self._memory, COMMITTED + 1 + index, -1, -1)
         self._tree = None
 
-    def _decode(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None,
-                context=None):
-        """llama_decode the tokens in BATCH-sized pieces, in ``context`` (the session's own by default,
-        or its wide one). With ``read`` None no logits row is
+    def _decode(self, context, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None):
+        """llama_decode the tokens in BATCH-sized pieces in ``context`` (the session's own, or its
+        wide one). With ``read`` None no logits row is
         requested (returns None); else each piece's rows [n, vocab] are requested and ``read``
         (:class:`CopyRows` or :class:`BestOfRows`) takes what the caller needs of them from
         llama.cpp's buffer, which the next decode overwrites.
@@ -515,7 +516,6 @@ class LlamaCppSession(Session):
         This runs between two decodes, where the engine's time counts and Python runs cold
         (measurements/decode_gaps.py): the rows are viewed through a cached numpy array, copied
         at most once, and handed to torch without a second copy."""
-        context = context or self._context
         pieces = []
         for first in range(0, len(tokens), BATCH):
             last = min(first + BATCH, len(tokens))

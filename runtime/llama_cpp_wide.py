@@ -50,22 +50,20 @@ def copy_committed(llama, source, destination, buffer: StateBuffer) -> None:
 
 
 class WideContext:
-    """The GGUF file at ``model_path`` loaded without repacking and one context over it (one
-    sequence), for a session's wide chain extends; ``held``: how many of the session's committed
-    tokens its sequence 0 holds (exactly those, at positions 0 .. held - 1)."""
+    """A session's second copy of its GGUF (``model``, loaded without repacking; freed with this)
+    and one context over it (one sequence), for the session's wide chain extends; ``held``: how
+    many of the session's committed tokens its sequence 0 holds (exactly those, at positions
+    0 .. held - 1)."""
 
-    def __init__(self, llama, model_path, params) -> None:
-        """Load the model from ``model_path`` unrepacked and create a context with ``params``."""
-        from specplan.runtime.llama_cpp_session import load_model
-
+    def __init__(self, llama, model, params) -> None:
+        """Create a context with ``params`` over ``model``; ModelError (one line) when llama.cpp cannot."""
         self._llama = llama
         self.held = 0
-        self.context = None
-        self.model = load_model(llama, model_path, repack=False)
-        self.context = llama.llama_init_from_model(self.model, params)
+        self.model = model
+        self.context = llama.llama_init_from_model(model, params)
         if not self.context:
             self.close()
-            raise ModelError(f"llama.cpp could not create the wide-verify context for {model_path}; "
+            raise ModelError("llama.cpp could not create the context of the unrepacked copy for wide verifies; "
                              "lower n_ctx, or profile without wide verifies")
         self.memory = llama.llama_get_memory(self.context)
 
