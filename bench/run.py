@@ -175,7 +175,8 @@ def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig,
                 try:
                     shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
                     engine = build.build_engine(replace(runner.plan, stages=point.stages), runner.profile,
-                                                runner.target, runner.device, runner.runtime, shared)
+                                                runner.target, runner.device, runner.runtime, shared,
+                                                fallback=False)  # a grid point is the shape as solved
                 except SpecplanError as error:
                     notes.append(f"grid point {point.name} cannot run: {error}")
                     continue

@@ -51,6 +51,9 @@ def add_parser(commands) -> None:
                              "generate) against its plain decoding on the same prompts, measured beside the export's "
                              "prediction")
     parser.add_argument("--json", action="store_true", help="with --engine: one JSON object instead of the table")
+    parser.add_argument("--no-fallback", action="store_true",
+                        help="the plan's rows play the plan every round (default: plain decoding plays the rounds "
+                             "where speculation is measured not to pay, as `specplan run` does)")
     parser.add_argument("--threads", type=THREADS, default=None,
                         help="with --engine: CPU threads (llama.cpp's, default every core, 1 on a shared machine; "
                              "torch's for transformers, default torch's own)")
@@ -169,7 +172,8 @@ def command(args) -> int:
     settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
                              grid_budgets=budgets, grid_limit=args.grid_limit,
                              grid_min_speedup=args.grid_min_speedup, assistant=assistant)
-    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args))
+    runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args),
+                             fallback=not args.no_fallback)
     for prompt in prompts:  # every prompt fits the context before the long run starts
         runner.check_prompt(prompt, args.max_new_tokens)
     command = _command_line(args)

@@ -68,7 +68,10 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
     save_plan(plan, plan_path)
     predicted = plan.predicted
     print(f"specplan: wrote {plan_path}: {plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
-          f"{predicted.speedup:.2f}x over plain decoding")
+          f"{floor_phrase(plan)}")
+    for message in result.warnings:
+        if message.startswith("no configuration beats"):
+            print(f"specplan: {message}")  # the one-line reason a plan is plain decoding
     if plan.adaptive is not None:
         print(f"specplan: adaptive: {len(plan.adaptive.candidates)} candidate configurations, re-solved from each "
               f"request's acceptance every {plan.adaptive.every} target rounds")
@@ -80,6 +83,15 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
     if scheduled is not None:
         print(schedule_table(scheduled.schedule) if explain else _crossover_line(scheduled.schedule))
     return plan
+
+
+def floor_phrase(plan: Plan) -> str:
+    """The prediction against the floor the solver held it to (plan.yaml ``solver.floor``)."""
+    floor = plan.solver.get("floor") if isinstance(plan.solver, dict) else None
+    if not isinstance(floor, dict) or not floor.get("ms_per_token"):
+        return f"{plan.predicted.speedup:.2f}x over plain decoding"
+    ratio = float(floor["ms_per_token"]) / plan.predicted.ms_per_token
+    return f"{ratio:.2f}x {floor['name']} ({1000.0 / float(floor['ms_per_token']):.1f} tok/s)"
 
 
 def _crossover_line(schedule) -> str:

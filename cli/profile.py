@@ -62,10 +62,10 @@ def add_parser(commands) -> None:
                         help="with --engine or --backend llama.cpp: llama.cpp's CPU threads (default: every core, as llama-server; on a "
                              "machine others use, 1: llama.cpp's threads wait for each other by spinning)")
     parser.add_argument("--numerics", default=None, choices=["exact", "fast"],
-                        help="with --backend llama.cpp: exact (default): every verify gives the logits of one-token "
-                             "decodes bit for bit, so plans are token-identical to plain greedy decoding, at the cost "
-                             "of one-token decodes on one thread; fast: llama.cpp's own kernels on every thread, where "
-                             "an output may part from plain decoding only at a near-tie (docs/backends.md)")
+                        help="with --backend llama.cpp: fast (default): llama.cpp's own kernels and settings, every "
+                             "thread, so plain decoding is llama.cpp's own and an output may part from it only at a "
+                             "near-tie; exact: every verify gives the logits of one-token decodes bit for bit, at the "
+                             "cost of one-token decodes on one thread (docs/backends.md)")
     parser.add_argument("--context", type=integer(MIN_CONTEXT, MAX_CONTEXT), default=None, metavar="TOKENS",
                         help="cached tokens under each latency measurement (default 256): set it near your "
                              "prompts' length plus half the output, since a batch's attention over its cache is "
@@ -215,7 +215,7 @@ def command(args) -> int:
         from specplan.models.load import load_gguf_model
 
         print("specplan: backend llama.cpp: the GGUF file as llama.cpp runs it (--backend torch for the torch runtime)")
-        target = load_gguf_model(args.target or "default", args.threads or 0, exact=args.numerics != "fast")
+        target = load_gguf_model(args.target or "default", args.threads or 0, exact=args.numerics == "exact")
         profile = run_profile(target, specs, prompts, device, settings, checkpoint, args.resume)
     elif quants == ["none"]:
         target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))

@@ -26,6 +26,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--stream", action="store_true", help="print text as it is committed")
     parser.add_argument("--compare-plain", action="store_true", help="also decode plainly and print the speedup")
     parser.add_argument("--force", action="store_true", help="run even if the profile's device or model differ")
+    parser.add_argument("--no-fallback", action="store_true",
+                        help="play the plan every round, even where plain decoding is measured cheaper for this "
+                             "request (default: fall back to plain decoding while speculation does not pay)")
     parser.add_argument("--threads", type=integer(0, 1024), default=0,
                         help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
     parser.add_argument("--batch", type=integer(1, 4096), default=None, metavar="B",
@@ -51,7 +54,8 @@ def command(args) -> int:
         from specplan.cli.run_batched import run_batched
 
         return run_batched(args, prompts)
-    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force, threads=args.threads)
+    runner = Runner.open(args.plan, runtime=chosen_runtime(args), force=args.force, threads=args.threads,
+                         fallback=not args.no_fallback)
     for prompt in prompts:  # every prompt fits the context before the first one decodes
         runner.plan_runner.check_prompt(prompt, args.max_new_tokens)
     for prompt in prompts:

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specplan.core.errors import ProfileError
+from specplan.core.drafter_spec import parse_drafter_spec
+from specplan.core.errors import DrafterSpecError, ProfileError
 from specplan.core.limits import check_count
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
@@ -91,6 +92,10 @@ class ModelEntry:
     # weights that llama.cpp does not repack, faster there (docs/backends.md, "Wide verifies on
     # unrepacked weights"); ``latency`` is then timed that way from this width on. 0: never
     wide_from: int = 0
+    # llama.cpp targets: ms of one plain token as llama.cpp itself decodes it on this machine (its own
+    # settings: every thread, weights repacked, flash attention as it chooses), at the first curve's
+    # context: the floor every plan is held against (docs/planner-math.md section 9.1). 0: not measured
+    engine_plain_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,17 @@ class Profile:
 
     def drafter_ids(self) -> list[str]:
         return [m.id for m in self.models if m.role == "drafter"] + [r.id for r in self.retrieval]
+
+    def grows_trees(self, drafter_id: str) -> bool:
+        """Whether this profile's backend grows tree stages from ``drafter_id`` (core/drafter_spec.py,
+        ``TREE_KINDS``), so that the planner never emits a shape the runtime refuses."""
+        if self.backend == "torch":
+            return True
+        entry = self.model(drafter_id) or self.retrieval_entry(drafter_id)
+        try:
+            return entry is not None and parse_drafter_spec(entry.source).grows_trees_on(self.backend)
+        except DrafterSpecError:  # a target or middle model named by path: a model, no trees on llama.cpp
+            return False
 
 
 LARGEST_COUNT = 10**9  # widths, contexts, layer counts, sample counts: anything above is not a measurement
@@ -388,6 +404,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
                 shape=_shape(m.get("shape"), f"models[{m['id']}]"),
                 batch_overhead=_overheads(m.get("batch_overhead"), f"models[{m['id']}].batch_overhead", version),
                 wide_from=_count(m.get("wide_from", 0), f"models[{m['id']}].wide_from"),
+                engine_plain_ms=_finite(m.get("engine_plain_ms", 0.0), f"models[{m['id']}].engine_plain_ms"),
             )
             for m in document["models"]
         )
@@ -436,6 +453,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
             del model["batch_overhead"]  # only batched profiles carry it: others read as before
         if not model["wide_from"]:
             del model["wide_from"]  # only llama.cpp targets with wide verifies: others read as before
+        if not model["engine_plain_ms"]:
+            del model["engine_plain_ms"]  # only llama.cpp targets: others read as before
         if model.get("shape") is None:
             model.pop("shape", None)
         elif not model["shape"]["extra_weights"]:

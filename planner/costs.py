@@ -177,7 +177,8 @@ def build_cost_model(profile: Profile, options: PlanOptions) -> CostModel:
                 continue
             if "sequence" in options.shapes:
                 _chains(model, entry, pair_gammas(entry, options), options.horizon if verifier == target else None)
-            if "tree" in options.shapes and (options.tree_drafters is None or drafter in options.tree_drafters):
+            if "tree" in options.shapes and profile.grows_trees(drafter) and (
+                    options.tree_drafters is None or drafter in options.tree_drafters):
                 tree = _graft(model, profile, drafter, verifier, options, _tree(model, entry, options, messages))
                 if tree is not None and math.isfinite(tree.ms_per_token):
                     model.trees[drafter, verifier] = tree

@@ -46,6 +46,26 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Floor:
+    """What a user gets without specplan (docs/planner-math.md section 9.1): on llama.cpp, llama.cpp's
+    own plain decoding measured in the profile (``engine_plain_ms``); elsewhere the target's T(1)."""
+
+    name: str
+    ms_per_token: float
+
+    def as_record(self) -> dict:
+        return {"name": self.name, "ms_per_token": round(self.ms_per_token, 6)}
+
+
+def floor_of(profile: Profile, costs: CostModel) -> Floor:
+    """The floor of ``profile``'s target: the engine's own plain decoding where measured, else T(1)."""
+    engine = profile.target.engine_plain_ms
+    if engine > 0:
+        return Floor("llama.cpp's own plain decoding", engine)
+    return Floor("plain decoding", costs.latency[costs.target](1))
+
+
+@dataclass(frozen=True)
 class PlanResult:
     """The plan, a status and message (scipy-style), and every candidate, best first."""
 
@@ -174,14 +194,20 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
     rows = candidates(costs, solution, options.max_stages)
     agrees, gap, lp_message = _lp_check(costs, solution, options.max_stages)
     seconds = time.perf_counter() - start
+    floor = floor_of(profile, costs)
     best = rows[0]
+    if best.stages and best.ms_per_token >= floor.ms_per_token:  # speculation that does not beat the engine
+        best = next(row for row in rows if not row.stages)
+        messages.append(f"no configuration beats {floor.name} ({floor.ms_per_token:.2f} ms/token on this machine): "
+                        "the plan is plain decoding")
     if best.extrapolated:
         messages.append(f"the chosen plan uses latencies extrapolated beyond the profiled widths: {best.summary}")
     _report(messages)
     plan = _plan(profile, options, best, rows, costs, profile_path, profile_sha256,
                  {"method": "dp", "seconds": round(seconds, 6), "checked_by": "lp",
                   "lp_agrees": agrees, "lp_max_relative_gap": float(gap) if math.isfinite(gap) else -1.0,
-                  "overshoot_rule": OVERSHOOT_RULE, **({} if options.horizon is None else {"horizon": options.horizon})})
+                  "overshoot_rule": OVERSHOOT_RULE, "floor": floor.as_record(),
+                  **({} if options.horizon is None else {"horizon": options.horizon})})
     plan, simulation = _simulated(plan, profile, options)
     status = "optimal" if agrees else "unverified"
     message = f"{best.summary}: {best.ms_per_token:.3f} ms/token; {lp_message}; {len(messages)} warning(s)"

@@ -34,6 +34,7 @@ from specplan.runtime.drafters.head_model import is_draft_head
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.models.load import LoadedModel
 from specplan.core.runtime_modes import EAGER, RuntimeMode
+from specplan.profiler.engine_floor import engine_plain_ms
 from specplan.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
@@ -300,9 +301,10 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     overheads = _batch_overheads(target, prompts, context, batched["target"], device)
     pairs = _target_outputs(target, prompts, device, settings, target_network)
     target_curve, wide_from = route(curves["target"], curves.get(WIDE_CURVE))
+    floor_ms = engine_plain_ms(target, curves["target"], context, settings.repeats)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(target_curve,) + batched["target"], shape=shape_of_network(target.model),
-                         batch_overhead=overheads, wide_from=wide_from)]
+                         batch_overhead=overheads, wide_from=wide_from, engine_plain_ms=round(floor_ms, 4))]
     retrieval, acceptance = [], []
     siblings, graft_model, best = None, None, -1.0
     for build in (b for b in built if b.model is not None):

@@ -22,6 +22,7 @@ from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
+from specplan.runtime.fallback import FallbackGuard, GuardSettings
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.models.load import DTYPES, LoadedModel, gguf_file, load_model
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -130,7 +131,7 @@ def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.dev
     if spec.kind == "head":
         return HeadDrafter(spec.id, network if network is not None else _head_network(spec, target, device), device)
     if spec.kind in ("layerskip", "model"):
-        if target.backend == "llama.cpp":
+        if not spec.grows_trees_on(target.backend):
             raise DrafterSpecError(f"drafter {spec.source!r} grows trees on the torch backend only; on llama.cpp plan "
                                    "its stage as a sequence, or grow the tree from ngram:N, recycle or cache")
         return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device,
@@ -232,13 +233,15 @@ def check_stages(plan: Plan, profile: Profile) -> None:
 
 
 def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
-                 runtime: RuntimeMode = EAGER, session: Session | None = None) -> SpeculativeEngine:
+                 runtime: RuntimeMode = EAGER, session: Session | None = None, fallback: bool = True) -> SpeculativeEngine:
     """The engine that executes ``plan``'s stages on ``target`` (plain decoding when it has none).
 
     A plan of several stages (bottom first) becomes a chain: every middle model is a
     :class:`HierarchyDrafter` over its own stage and its own KV cache (HSD, arXiv 2510.19705).
     An adaptive plan's other candidates are built by :mod:`specplan.runtime.adaptive_build`.
     ``session``: the target's session to reuse (engines that never run at once may share one).
+    ``fallback``: rounds fall back to plain decoding while the plan costs more per token than it,
+    both measured in this engine's own rounds (runtime/fallback.py).
     """
     check_stages(plan, profile)
     session = session if session is not None else target_session(target, device, runtime)
@@ -247,5 +250,6 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
         return SpeculativeEngine(session, device, stop, runtime=runtime)
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
+    guard = FallbackGuard(GuardSettings()) if fallback else None  # plain's cost measured here, not the profile's
     return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
-                             **stage_shape_arguments(top))
+                             guard=guard, **stage_shape_arguments(top))

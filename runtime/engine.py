@@ -29,6 +29,7 @@ from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import as_session
 from specplan.runtime.backend import Session
 from specplan.runtime.commit import Committed
+from specplan.runtime.fallback import FallbackGuard, GuardSettings
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
 
@@ -43,6 +44,8 @@ class GenerationResult:
     verify_seconds: float
     stop_reason: str  # eos | max_new_tokens
     stages: tuple[StageStats, ...] = ()  # per-stage totals, bottom stage first, the target's last
+    plain_rounds: int = 0  # rounds the fallback guard played as plain decoding (runtime/fallback.py)
+    fallbacks: int = 0  # times the guard left the plan for plain decoding
 
     @property
     def mean_accepted(self) -> float:
@@ -61,7 +64,8 @@ class SpeculativeEngine:
 
     def __init__(self, target: "torch.nn.Module | Session", device: torch.device, eos_ids: set[int],
                  drafter: Drafter | Drafter | None = None, gamma: int = 0, tree: StageShape | None = None,
-                 names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER):
+                 names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER,
+                 guard: FallbackGuard | None = None):
         self.target = as_session(target, device, runtime)
         self.device = device
         self.drafter = drafter
@@ -69,6 +73,10 @@ class SpeculativeEngine:
         self.gamma = self.stage.gamma
         self.tree = self.stage.tree
         self.eos_ids = set(eos_ids)
+        # speculation that stops paying stops (runtime/fallback.py); plain decoding needs no guard
+        speculates = drafter is not None and (self.gamma > 0 or self.tree is not None)
+        self.guard = guard if speculates else None
+        self.plain_stage = StageRunner(self.target, None, 0, None, ("none", names[1])) if self.guard else None
 
     def _stage_stats(self, top: StageStats) -> tuple[StageStats, ...]:
         return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)
@@ -81,13 +89,21 @@ class SpeculativeEngine:
         text = Committed(prompt_ids, max_new_tokens, self.eos_ids)
         start = now(self.device)
         self.stage.catch_up(text.context)  # prefill
+        guard = self.guard
+        if guard is not None:
+            guard.start()
         while text.remaining > 0 and not text.done:
-            result = self.stage.play(text.context, text.remaining, sampling, generator)
+            played = guard.choose() if guard is not None else "plan"
+            stage = self.plain_stage if played == "plain" else self.stage
+            result = stage.play(text.context, text.remaining, sampling, generator)
             stats.add(result)
+            if guard is not None:
+                guard.record(played, result.draft_seconds + result.verify_seconds, len(result.chunk))
             chunk = text.add(result.chunk)
             if on_commit is not None:
                 on_commit(chunk)
         seconds = now(self.device) - start
         return GenerationResult(tuple(text.new), seconds, len(text.per_forward), tuple(text.per_forward),
                                 stats.draft_seconds, stats.verify_seconds, text.stop_reason or "max_new_tokens",
-                                self._stage_stats(stats))
+                                self._stage_stats(stats), guard.plain_rounds if guard else 0,
+                                guard.switches if guard else 0)

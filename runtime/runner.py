@@ -135,10 +135,11 @@ class PlanRunner:
 
     @classmethod
     def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False,
-             runtime: RuntimeMode | None = None, threads: int = 0) -> "PlanRunner":
+             runtime: RuntimeMode | None = None, threads: int = 0, fallback: bool = True) -> "PlanRunner":
         """``runtime`` None: the one the profile measured (its target's ``mode``), so the plan's
         predictions hold; another one runs with a warning that they assume the profiled one.
-        The plan runs on its profile's backend (``profile.backend``); ``threads``: llama.cpp's (0: every core)."""
+        The plan runs on its profile's backend (``profile.backend``); ``threads``: llama.cpp's (0: every core);
+        ``fallback``: plain decoding plays the rounds where the plan stops paying (runtime/fallback.py)."""
         quiet_transformers()
         runtime = runtime if runtime is not None else profiled_runtime(profile)
         kind = profile.device.kind
@@ -159,7 +160,7 @@ class PlanRunner:
         if plan.adaptive is not None:
             engine = build_adaptive_engine(plan, profile, target, device, runtime)
         else:
-            engine = build_engine(plan, profile, target, device, runtime)
+            engine = build_engine(plan, profile, target, device, runtime, fallback=fallback)
         # llama.cpp: plain decoding shares the engine's target session (each generate resets it)
         plain_target = engine.target if target.backend == "llama.cpp" else target.model
         plain = SpeculativeEngine(plain_target, device, engine.eos_ids, runtime=runtime)

@@ -172,8 +172,10 @@ class Runner:
 
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False,
-             threads: int = 0, batch: int | None = None) -> "Runner":
-        """Load the plan's models on its profile's backend (torch, or llama.cpp with ``threads``; 0: every core)."""
+             threads: int = 0, batch: int | None = None, fallback: bool = True) -> "Runner":
+        """Load the plan's models on its profile's backend (torch, or llama.cpp with ``threads``; 0: every core);
+        ``fallback`` False plays the plan every round, even where plain decoding is measured cheaper
+        (runtime/fallback.py)."""
         if threads < 0:
             raise SpecplanError(f"threads {threads}: pass at least 1, or 0 for every core")
         if batch is not None and batch < 1:
@@ -185,7 +187,8 @@ class Runner:
         quiet_import_noise()
         from specplan.runtime.runner import PlanRunner
 
-        opened = PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode, threads=threads)
+        opened = PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode, threads=threads,
+                                 fallback=fallback)
         return cls(opened, batch)
 
     @property

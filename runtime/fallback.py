@@ -1,0 +1,117 @@
+"""Speculation that stops paying stops: each round is played by the plan's stage or by plain
+decoding, whichever the request's own measured cost per committed token says is cheaper
+(docs/planner-math.md section 12.5).
+
+The plan was solved from calibration prompts; a request may not be like them (a chat prompt
+under a plan calibrated on edits: the lookup drafts, the target rejects, every round verifies
+1 + gamma tokens to commit one). The guard keeps two running costs, seconds per committed token
+of the plan's rounds (draft and verify) and of plain rounds (one token each), and plays plain
+decoding while the plan's recent rounds cost more per token than plain ones. It returns to the
+plan after a back-off of plain tokens that doubles each time the plan fails again (16, 32, ...,
+256), and probes it for ``PROBE_ROUNDS`` rounds, so a request whose text turns copyable
+(an edit reprinting its input after a preamble) finds the speculation again.
+
+Lossless: which stage plays round k depends only on the rounds before it (their committed
+tokens and measured seconds), never on round k's draft or random draws. Every round is an
+ordinary stage round, lossless whatever drafted it (section 5), and both stages share the
+target's session, whose invariant (every committed token but the last is cached) holds after
+any round. So greedy output is the target's greedy decoding and sampled output is distributed as
+the target's, exactly as with the adaptive engine's switches (runtime/adaptive.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PROBE_ROUNDS = 4  # plan rounds measured before the guard compares (and after each back-off)
+WINDOW_ROUNDS = 8  # the plan's cost is the sum over its last this many rounds
+FIRST_BACKOFF = 16  # plain tokens played after the plan first loses; doubles on each loss
+LAST_BACKOFF = 256
+PLAIN_PROBE = 2  # plain rounds played to measure plain decoding when no cost of it is known yet
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """The guard's rule (module docstring); ``enabled`` False plays the plan every round."""
+
+    enabled: bool = True
+    probe_rounds: int = PROBE_ROUNDS
+    window_rounds: int = WINDOW_ROUNDS
+    first_backoff: int = FIRST_BACKOFF
+    last_backoff: int = LAST_BACKOFF
+
+
+class FallbackGuard:
+    """Chooses, before each round, whether the plan (``"plan"``) or plain decoding (``"plain"``) plays it.
+
+    ``plain_ms`` is a prior for one plain token; measured plain rounds join it (without one, the
+    first request opens with ``PLAIN_PROBE`` plain rounds). The plain cost is kept across requests
+    (the same machine and target); the plan's window and the back-off restart with each request
+    (:meth:`start`). ``cost`` replaces a round's measured seconds: ``cost(played, seconds, tokens)``
+    (tests decide by a deterministic cost).
+
+    >>> guard = FallbackGuard(plain_ms=10.0)
+    >>> guard.start()
+    >>> for _ in range(4):
+    ...     guard.record(guard.choose(), seconds=0.025, tokens=1)  # 25 ms a token: worse than plain
+    >>> guard.choose(), guard.plain_tokens_left
+    ('plain', 16)
+    """
+
+    def __init__(self, settings: GuardSettings = GuardSettings(), plain_ms: float | None = None,
+                 cost: Callable[[str, float, int], float] | None = None):
+        self.settings = settings
+        self.cost = cost
+        self.plain_seconds = deque(maxlen=settings.window_rounds)  # seconds per plain token, recent rounds
+        if plain_ms is not None and plain_ms > 0:
+            self.plain_seconds.append(plain_ms / 1000.0)
+        self.start()
+
+    def start(self) -> None:
+        """A new request: the plan plays first, with a fresh window and the first back-off."""
+        self.window: deque[tuple[float, int]] = deque(maxlen=self.settings.window_rounds)
+        self.backoff = self.settings.first_backoff
+        self.plain_tokens_left = 0 if self.plain_seconds else PLAIN_PROBE
+        self.switches = 0
+        self.plain_rounds = 0
+
+    @property
+    def plain_ms(self) -> float | None:
+        """ms per plain token: the median of the recent plain rounds (or the prior)."""
+        if not self.plain_seconds:
+            return None
+        ordered = sorted(self.plain_seconds)
+        return 1000.0 * ordered[len(ordered) // 2]
+
+    @property
+    def plan_ms(self) -> float | None:
+        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played."""
+        if len(self.window) < self.settings.probe_rounds:
+            return None
+        return 1000.0 * sum(s for s, _ in self.window) / max(1, sum(t for _, t in self.window))
+
+    def choose(self) -> str:
+        if not self.settings.enabled:
+            return "plan"
+        return "plain" if self.plain_tokens_left > 0 else "plan"
+
+    def record(self, played: str, seconds: float, tokens: int) -> None:
+        """What the round ``played`` cost (draft and verify seconds) and committed (bonus included)."""
+        if self.cost is not None:
+            seconds = self.cost(played, seconds, tokens)
+        if played == "plain":
+            self.plain_rounds += 1
+            self.plain_seconds.append(seconds / max(1, tokens))
+            self.plain_tokens_left = max(0, self.plain_tokens_left - tokens)
+            return
+        self.window.append((seconds, tokens))
+        plan, plain = self.plan_ms, self.plain_ms
+        if self.settings.enabled and plan is not None and plain is not None and plan >= plain:
+            self.plain_tokens_left = self.backoff
+            self.backoff = min(2 * self.backoff, self.settings.last_backoff)
+            self.window.clear()  # the plan is probed afresh after the back-off
+            self.switches += 1
+        elif plan is not None and len(self.window) == self.settings.window_rounds:
+            self.backoff = self.settings.first_backoff  # a whole window paid: the next loss backs off briefly

@@ -1,0 +1,77 @@
+"""The fallback guard (runtime/fallback.py, docs/planner-math.md section 12.5): the rule on given
+costs, and an engine under it that stays token-identical to plain greedy decoding whether its
+drafter always misses (the guard falls back) or always hits (the guard keeps the plan)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.model import ModelDrafter
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.fallback import FIRST_BACKOFF, PLAIN_PROBE, FallbackGuard, GuardSettings
+from tests.runtime.test_engine import reference_greedy
+from tests.runtime.tiny_models import tiny_llama
+
+CPU = torch.device("cpu")
+PROMPT = [1, 5, 9, 5, 9, 5, 9, 12]
+
+
+def play(guard: FallbackGuard, rounds: int, plan_seconds: float, plan_tokens: int, plain_seconds: float = 0.01):
+    """``rounds`` rounds as the guard chooses them; returns what played each."""
+    played = []
+    for _ in range(rounds):
+        choice = guard.choose()
+        played.append(choice)
+        if choice == "plain":
+            guard.record("plain", plain_seconds, 1)
+        else:
+            guard.record("plan", plan_seconds, plan_tokens)
+    return played
+
+
+def test_a_plan_dearer_than_plain_falls_back_and_is_probed_again_with_a_growing_backoff():
+    guard = FallbackGuard(plain_ms=10.0)
+    played = play(guard, 4 + FIRST_BACKOFF + 4 + 2 * FIRST_BACKOFF + 1, plan_seconds=0.012, plan_tokens=1)
+    assert played[:4] == ["plan"] * 4  # probed, then 16 plain, probed, then 32 plain
+    assert played[4:4 + FIRST_BACKOFF] == ["plain"] * FIRST_BACKOFF
+    assert played[4 + FIRST_BACKOFF:8 + FIRST_BACKOFF] == ["plan"] * 4
+    assert played[8 + FIRST_BACKOFF:-1] == ["plain"] * (2 * FIRST_BACKOFF) and played[-1] == "plan"
+    assert guard.switches == 2 and guard.plain_rounds == 3 * FIRST_BACKOFF
+
+
+def test_a_plan_that_pays_is_kept_and_plain_is_measured_first_without_a_prior():
+    guard = FallbackGuard()
+    played = play(guard, 40, plan_seconds=0.03, plan_tokens=4)  # 7.5 ms a token against 10
+    assert played[:PLAIN_PROBE] == ["plain"] * PLAIN_PROBE and set(played[PLAIN_PROBE:]) == {"plan"}
+    guard.start()  # the next request keeps the measured plain cost: no probe
+    assert play(guard, 5, plan_seconds=0.03, plan_tokens=4) == ["plan"] * 5
+
+
+def test_disabled_always_plays_the_plan():
+    guard = FallbackGuard(GuardSettings(enabled=False), plain_ms=1.0)
+    assert set(play(guard, 30, plan_seconds=1.0, plan_tokens=1)) == {"plan"}
+
+
+def plan_costs_more_per_round(played: str, seconds: float, tokens: int) -> float:
+    """A round of the plan costs 1.5 plain tokens (its verify is wider), whatever it commits."""
+    return 1.0 if played == "plain" else 1.5
+
+
+@pytest.mark.parametrize("drafter_seed, falls_back", [(1, True), (0, False)])  # another model misses; the target itself hits
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_the_engine_under_the_guard_is_token_identical_to_plain(drafter_seed, falls_back, gamma):
+    target = tiny_llama("sdpa", seed=0)
+    drafter = ModelDrafter("model", tiny_llama("sdpa", seed=drafter_seed), CPU)
+    guard = FallbackGuard(plain_ms=1000.0, cost=plan_costs_more_per_round)  # 1 s a plain token, as the cost says
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=gamma, guard=guard)
+    for _ in range(2):  # the second request starts from the measured plain cost
+        result = engine.generate(PROMPT, 48, SamplingConfig())
+        assert list(result.token_ids) == reference_greedy(target, PROMPT, 48)
+        assert (result.plain_rounds > 0) == falls_back and (result.fallbacks > 0) == falls_back
+
+
+def test_plain_decoding_carries_no_guard():
+    engine = SpeculativeEngine(tiny_llama("sdpa", seed=0), CPU, eos_ids=set(), guard=FallbackGuard())
+    assert engine.guard is None and engine.plain_stage is None
