@@ -41,7 +41,7 @@ from specplan.bench.peers import build_peers, lookup_settings
 from specplan.bench.llamacpp_peer import LLAMA_CPP_PEERS, build_llamacpp_peers
 from specplan.bench.llama_server_peer import drafter_gguf, is_llama_server_name, llama_server_peers
 
-BASELINES = ("plain", "plain-runtime", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
+BASELINES = ("plain", "plain-runtime", "plan-no-fallback", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
 DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
 
 
@@ -70,6 +70,8 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     transformers and llama.cpp peers read to pick a draft length; ``context``: the longest prompt
     plus max-new-tokens (the llama.cpp peers' context size; 0: the model's trained context)."""
     methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
+    if "plan-no-fallback" in settings.baselines:
+        methods += _unguarded(runner, sampling, notes)
     if runner.backend == "llama.cpp":
         return methods + llama_cpp_backend_peers(runner, settings, sampling, notes)
     if "plain-runtime" in settings.baselines:
@@ -79,6 +81,18 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     lookup = lookup_settings(runner.plan, runner.profile, costs)
     methods += build_llamacpp_peers(settings.baselines, runner, sampling, lookup, context, notes)
     return methods
+
+
+def _unguarded(runner, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
+    """The plan's stages with no fallback guard (runtime/fallback.py), on the plan's own target session:
+    what the guard costs where it never switches, and saves where it does."""
+    if not runner.plan.stages or runner.plan.adaptive is not None:
+        notes.append("plan-no-fallback left out: the plan is plain decoding or adaptive, which runs no fallback guard")
+        return []
+    shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
+    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
+                                fallback=False)
+    return [EngineMethod("plan-no-fallback", "plan", engine, sampling, runner.plan.summary() + ", every round")]
 
 
 def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
@@ -91,7 +105,7 @@ def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingC
     servers = llama_server_peers(settings.baselines, runner, runner.plain.target.threads,
                                  drafter_gguf(runner.profile, runner.plan.stages), notes)
     skipped = [name for name in settings.baselines
-               if name not in ("plain", "plain-runtime", "grid") and not is_llama_server_name(name)]
+               if name not in ("plain", "plain-runtime", "plan-no-fallback", "grid") and not is_llama_server_name(name)]
     if skipped:
         notes.append(f"{', '.join(skipped)} left out: the plan runs on the llama.cpp backend, whose plain decoding of "
                      "the same GGUF is the reference")
