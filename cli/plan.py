@@ -69,9 +69,8 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
     predicted = plan.predicted
     print(f"specplan: wrote {plan_path}: {plan.summary()}; predicted {predicted.tokens_per_s:.1f} tok/s, "
           f"{floor_phrase(plan)}")
-    for message in result.warnings:
-        if message.startswith("no configuration beats"):
-            print(f"specplan: {message}")  # the one-line reason a plan is plain decoding
+    if isinstance(plan.solver, dict) and plan.solver.get("plain_reason"):
+        print(f"specplan: {plan.solver['plain_reason']}")  # the one-line reason a plan is plain decoding
     if plan.adaptive is not None:
         print(f"specplan: adaptive: {len(plan.adaptive.candidates)} candidate configurations, re-solved from each "
               f"request's acceptance every {plan.adaptive.every} target rounds")

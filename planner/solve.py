@@ -58,11 +58,23 @@ class Floor:
 
 
 def floor_of(profile: Profile, costs: CostModel) -> Floor:
-    """The floor of ``profile``'s target: the engine's own plain decoding where measured, else T(1)."""
+    """The floor of ``profile``'s target: the engine's own plain decoding where measured (or where the
+    profile's T(1) is it: llama.cpp's fast numerics, its own settings), else T(1)."""
     engine = profile.target.engine_plain_ms
     if engine > 0:
         return Floor("llama.cpp's own plain decoding", engine)
-    return Floor("plain decoding", costs.latency[costs.target](1))
+    plain = costs.latency[costs.target](1)
+    return Floor("llama.cpp's own plain decoding" if profile.backend == "llama.cpp" and not profile.exact
+                 else "plain decoding", plain)
+
+
+def plain_reason(rows: tuple[Candidate, ...], floor: Floor) -> str:
+    """One line on why a plan is plain decoding: the best draft configuration against the floor."""
+    drafted = next((row for row in rows if row.stages), None)
+    if drafted is None:
+        return "plain decoding: the profile holds no drafter whose stage could be costed"
+    return (f"plain decoding: the best draft configuration, {drafted.summary}, is predicted at "
+            f"{drafted.ms_per_token:.2f} ms/token, not below {floor.ms_per_token:.2f} for {floor.name}")
 
 
 @dataclass(frozen=True)
@@ -198,8 +210,6 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
     best = rows[0]
     if best.stages and best.ms_per_token >= floor.ms_per_token:  # speculation that does not beat the engine
         best = next(row for row in rows if not row.stages)
-        messages.append(f"no configuration beats {floor.name} ({floor.ms_per_token:.2f} ms/token on this machine): "
-                        "the plan is plain decoding")
     if best.extrapolated:
         messages.append(f"the chosen plan uses latencies extrapolated beyond the profiled widths: {best.summary}")
     _report(messages)
@@ -207,6 +217,7 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
                  {"method": "dp", "seconds": round(seconds, 6), "checked_by": "lp",
                   "lp_agrees": agrees, "lp_max_relative_gap": float(gap) if math.isfinite(gap) else -1.0,
                   "overshoot_rule": OVERSHOOT_RULE, "floor": floor.as_record(),
+                  **({} if best.stages else {"plain_reason": plain_reason(rows, floor)}),
                   **({} if options.horizon is None else {"horizon": options.horizon})})
     plan, simulation = _simulated(plan, profile, options)
     status = "optimal" if agrees else "unverified"
