@@ -29,7 +29,7 @@ from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import as_session
 from specplan.runtime.backend import Session
 from specplan.runtime.commit import Committed
-from specplan.runtime.fallback import FallbackGuard, GuardSettings
+from specplan.runtime.fallback import ChainGrowth, FallbackGuard
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
 
@@ -77,6 +77,8 @@ class SpeculativeEngine:
         speculates = drafter is not None and (self.gamma > 0 or self.tree is not None)
         self.guard = guard if speculates else None
         self.plain_stage = StageRunner(self.target, None, 0, None, ("none", names[1])) if self.guard else None
+        lookup = self.guard is not None and self.tree is None and not drafter.sessions()  # a chain that costs no model
+        self.growth = ChainGrowth(self.gamma) if lookup else None
 
     def _stage_stats(self, top: StageStats) -> tuple[StageStats, ...]:
         return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)
@@ -89,16 +91,22 @@ class SpeculativeEngine:
         text = Committed(prompt_ids, max_new_tokens, self.eos_ids)
         start = now(self.device)
         self.stage.catch_up(text.context)  # prefill
-        guard = self.guard
+        guard, growth = self.guard, self.growth
         if guard is not None:
             guard.start()
+        if growth is not None:
+            growth.start()
         while text.remaining > 0 and not text.done:
             played = guard.choose() if guard is not None else "plan"
             stage = self.plain_stage if played == "plain" else self.stage
+            if growth is not None and played == "plan":
+                stage.gamma = growth.gamma
             result = stage.play(text.context, text.remaining, sampling, generator)
             stats.add(result)
             if guard is not None:
                 guard.record(played, result.draft_seconds + result.verify_seconds, len(result.chunk))
+            if growth is not None and played == "plan":
+                growth.record(result.drafted, len(result.chunk))
             chunk = text.add(result.chunk)
             if on_commit is not None:
                 on_commit(chunk)

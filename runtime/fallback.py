@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+
 PROBE_ROUNDS = 4  # plan rounds measured before the guard compares (and after each back-off)
 WINDOW_ROUNDS = 8  # the plan's cost is the sum over its last this many rounds
 FIRST_BACKOFF = 16  # plain tokens played after the plan first loses; doubles on each loss
@@ -115,3 +117,34 @@ class FallbackGuard:
             self.switches += 1
         elif plan is not None and len(self.window) == self.settings.window_rounds:
             self.backoff = self.settings.first_backoff  # a whole window paid: the next loss backs off briefly
+
+
+class ChainGrowth:
+    """A lookup's chain doubles after a round that accepted its whole draft, up to
+    ``LONGEST_LOOKUP_CHAIN``, and returns to the plan's gamma after a round that rejected a token
+    (docs/planner-math.md section 12.5; a dynamic draft length as in DISCO, arXiv 2405.04304, and
+    transformers' "heuristic" schedule, here doubling because a copy, once it holds, tends to hold for
+    a whole span). A round that drafted nothing (no match) changes nothing. Only for drafters that
+    run no model (a lookup drafts a longer chain at no extra cost); the guard still watches the cost.
+
+    >>> growth = ChainGrowth(5)
+    >>> growth.record(drafted=5, committed=6); growth.gamma
+    10
+    >>> growth.record(drafted=10, committed=11); growth.record(drafted=20, committed=21); growth.gamma
+    40
+    >>> growth.record(drafted=40, committed=7); growth.gamma
+    5
+    """
+
+    def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN):
+        self.base = gamma
+        self.longest = max(gamma, longest)
+        self.gamma = gamma
+
+    def start(self) -> None:
+        self.gamma = self.base
+
+    def record(self, drafted: int, committed: int) -> None:
+        if drafted <= 0:
+            return
+        self.gamma = min(2 * self.gamma, self.longest) if committed == drafted + 1 else self.base

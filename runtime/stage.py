@@ -45,6 +45,7 @@ class RoundResult:
     draft_seconds: float
     verify_seconds: float
     verifier_probs: torch.Tensor | None = None  # [len(chunk), vocab] float32
+    drafted: int = 0  # draft tokens a sequence round's verifier checked (the root not counted)
 
 
 @dataclass
@@ -230,7 +231,8 @@ class StageRunner:
         self._keep(past, folded, result.kept_nodes)
         chunk = [tokens[node] for node in result.accepted_nodes] + [result.next_token]
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
-        return RoundResult(chunk, verify_start - draft_start, now(self.verifier.device) - verify_start, rows)
+        return RoundResult(chunk, verify_start - draft_start, now(self.verifier.device) - verify_start, rows,
+                           len(proposal.tokens))
 
 
 def _chain_tree(tokens: list[int], proposal: Proposal, vocab: int) -> DraftTree:

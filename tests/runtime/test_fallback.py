@@ -75,3 +75,18 @@ def test_the_engine_under_the_guard_is_token_identical_to_plain(drafter_seed, fa
 def test_plain_decoding_carries_no_guard():
     engine = SpeculativeEngine(tiny_llama("sdpa", seed=0), CPU, eos_ids=set(), guard=FallbackGuard())
     assert engine.guard is None and engine.plain_stage is None
+
+
+def test_a_lookup_chain_grows_while_copies_hold_and_the_output_stays_the_targets():
+    """A tiny random model soon repeats itself, so an n-gram lookup's drafts are accepted whole:
+    the chain doubles from the plan's gamma (2) and the rounds commit more than gamma + 1 tokens."""
+    from specplan.runtime.drafters.ngram import NgramDrafter
+
+    target = tiny_llama("sdpa", seed=0)
+    guard = FallbackGuard(plain_ms=1000.0, cost=lambda played, seconds, tokens: 1.0 if played == "plain" else 0.5)
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=2, guard=guard)
+    result = engine.generate(PROMPT, 96, SamplingConfig())
+    assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
+    assert max(result.committed_per_forward) > 3 and engine.growth is not None
+    unguarded = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=2)
+    assert max(unguarded.generate(PROMPT, 96, SamplingConfig()).committed_per_forward) <= 3
