@@ -331,6 +331,6 @@ class _Loop:
         return AdaptiveResult(
             tuple(self.text.new), seconds, len(self.text.per_forward), tuple(self.text.per_forward),
             sum(s.draft_seconds for s in self.stats.values()), sum(s.verify_seconds for s in self.stats.values()),
-            self.text.stop_reason or "max_new_tokens", stages, uses, self.switches, self.replans,
-            self.adaptive_seconds + engine.observe_seconds - self.observed_before,
-            engine.observe_seconds - self.observed_before)
+            self.text.stop_reason or "max_new_tokens", stages, configurations=uses, switches=self.switches,
+            replans=self.replans, adaptive_seconds=self.adaptive_seconds + engine.observe_seconds - self.observed_before,
+            reading_seconds=engine.observe_seconds - self.observed_before)
