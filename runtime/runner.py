@@ -75,6 +75,8 @@ class RunResult:
     predicted_tokens_per_s: float
     plain: PlainComparison | None = None
     adaptive: dict | None = None  # an adaptive plan's `configurations`, `switches`, `replans`, `adaptive_seconds`
+    plain_rounds: int = 0  # rounds the fallback guard played as plain decoding (runtime/fallback.py)
+    fallbacks: int = 0  # times it left the plan for plain decoding
 
     @property
     def new_tokens(self) -> int:
@@ -88,6 +90,7 @@ class RunResult:
             "tokens_per_s": round(self.tokens_per_s, 3), "target_forwards": self.target_forwards,
             "mean_accepted": round(self.mean_accepted, 4), "stages": [dict(stage) for stage in self.stages],
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "plain_rounds": self.plain_rounds, "fallbacks": self.fallbacks,
         }
         if self.adaptive is not None:
             record.update(self.adaptive)
@@ -225,7 +228,8 @@ class PlanRunner:
             seconds=result.seconds, tokens_per_s=result.tokens_per_s, target_forwards=result.target_forwards,
             mean_accepted=result.mean_accepted,
             stages=tuple(stats.as_record() for stats in result.stages if stats.drafter != "none"),
-            predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain, adaptive=adaptive_record(result))
+            predicted_tokens_per_s=self.plan.predicted.tokens_per_s, plain=plain, adaptive=adaptive_record(result),
+            plain_rounds=result.plain_rounds, fallbacks=result.fallbacks)
 
     def summary_line(self, result: RunResult) -> str:
         backend = self.target.backend + (f" ({self.profile.device.numerics} numerics)" if self.profile.device.numerics else "")
@@ -233,6 +237,9 @@ class PlanRunner:
                 f"{result.tokens_per_s:.1f} tok/s, "
                 f"{result.mean_accepted:.2f} tokens per target forward ({self.plan.summary()}; predicted "
                 f"{self.plan.predicted.tokens_per_s:.1f} tok/s)")
+        if result.fallbacks:
+            line += (f"; speculation did not pay here: {result.plain_rounds} of {result.target_forwards} rounds "
+                     "fell back to plain decoding")
         plain = result.plain
         if plain is not None:
             speedup = f"{plain.speedup:.2f}x" if plain.speedup is not None else "n/a"
