@@ -76,6 +76,10 @@ def test_profile_plan_and_run_on_llama_cpp(numerics, threads, tmp_path, capsys):
     assert profile.device.numerics == numerics and profile.exact == (numerics == "exact")
     (curve,) = profile.target.latency
     assert curve.n[:4] == (1, 2, 3, 4) and curve.n[-1] == 64 and all(ms > 0 for ms in curve.ms)
+    if numerics == "fast":  # the session runs llama.cpp's own settings: its T(1) is the floor
+        assert profile.target.engine_plain_ms == round(curve.ms[0], 4)
+    else:  # timed on a second session at llama.cpp's own settings
+        assert profile.target.engine_plain_ms > 0
     entry = profile.acceptance_for("ngram-3", "target", 0.0)
     assert entry is not None and entry.samples > 0
     plan_path = tmp_path / "plan-ngram.yaml"
