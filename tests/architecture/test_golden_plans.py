@@ -14,6 +14,8 @@ They were rewritten a second time when the CUDA SKUs' overheads (30 us per layer
 sequence) and dequantisation tile (64 rows) were held against published GPU results
 (`specplan predict`, docs/planner-math.md section 13): a forward that costs more relative to its
 bandwidth floor pays for wider trees, so the H100 plans for SmolLM2 grew from 9-15 to 24-64 nodes.
+Every plan was rewritten a third time when the solver began recording its floor (``solver.floor``,
+docs/planner-math.md section 9.1): loaded as YAML, each new plan less that key equals the old one.
 """
 
 from __future__ import annotations
