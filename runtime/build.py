@@ -22,6 +22,8 @@ from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+from specplan.planner.latency import latency_table
 from specplan.runtime.fallback import FallbackGuard, GuardSettings
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.models.load import DTYPES, LoadedModel, gguf_file, load_model
@@ -251,5 +253,7 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
     guard = FallbackGuard(GuardSettings()) if fallback else None  # plain's cost measured here, not the profile's
+    table = latency_table(profile.target, None, 2 * LONGEST_LOOKUP_CHAIN + 2)
+    verify_ms = (lambda n: table(n)) if table is not None else None  # a lookup chain grows where T(n) / n falls
     return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
-                             guard=guard, **stage_shape_arguments(top))
+                             guard=guard, verify_ms=verify_ms, **stage_shape_arguments(top))

@@ -65,7 +65,7 @@ class SpeculativeEngine:
     def __init__(self, target: "torch.nn.Module | Session", device: torch.device, eos_ids: set[int],
                  drafter: Drafter | Drafter | None = None, gamma: int = 0, tree: StageShape | None = None,
                  names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER,
-                 guard: FallbackGuard | None = None):
+                 guard: FallbackGuard | None = None, verify_ms: Callable[[int], float] | None = None):
         self.target = as_session(target, device, runtime)
         self.device = device
         self.drafter = drafter
@@ -78,7 +78,7 @@ class SpeculativeEngine:
         self.guard = guard if speculates else None
         self.plain_stage = StageRunner(self.target, None, 0, None, ("none", names[1])) if self.guard else None
         lookup = self.guard is not None and self.tree is None and not drafter.sessions()  # a chain that costs no model
-        self.growth = ChainGrowth(self.gamma) if lookup else None
+        self.growth = ChainGrowth(self.gamma, verify_ms=verify_ms) if lookup else None  # verify_ms: the target's T(n)
 
     def _stage_stats(self, top: StageStats) -> tuple[StageStats, ...]:
         return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)

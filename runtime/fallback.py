@@ -32,6 +32,10 @@ WINDOW_ROUNDS = 8  # the plan's cost is the sum over its last this many rounds
 FIRST_BACKOFF = 16  # plain tokens played after the plan first loses; doubles on each loss
 LAST_BACKOFF = 256
 PLAIN_PROBE = 2  # plain rounds played to measure plain decoding when no cost of it is known yet
+# Lookup chains grow only where the longest chain's verify costs a token at most this share of the plan's
+# chain's (ChainGrowth). Set between the two models measured (docs/results.md, "Never slower than
+# llama.cpp"): 0.43-0.51 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
+GROWTH_GAIN = 0.6
 
 
 @dataclass(frozen=True)
@@ -134,12 +138,24 @@ class ChainGrowth:
     40
     >>> growth.record(drafted=40, committed=7); growth.gamma
     5
+
+    With the target's verify cost ``verify_ms(n)`` (the profile's T(n)) chains grow only where the
+    longest chain verifies a token at most ``GROWTH_GAIN`` of what the plan's chain does:
+    T(64) / 64 <= 0.6 T(g + 1) / (g + 1). Where T(n) / n is already flat (a small model past a few
+    tokens) a longer chain buys little per accepted token and costs a wider verify per rejected one.
+
+    >>> flat = ChainGrowth(7, verify_ms=lambda n: 5.0 + 4.0 * n)  # T(n) / n barely falls past n = 8
+    >>> flat.record(drafted=7, committed=8); flat.gamma
+    7
     """
 
-    def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN):
+    def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN,
+                 verify_ms: Callable[[int], float] | None = None):
         self.base = gamma
         self.longest = max(gamma, longest)
         self.gamma = gamma
+        per_token = None if verify_ms is None else (lambda n: verify_ms(n + 1) / (n + 1))
+        self.grows = per_token is None or per_token(self.longest) <= GROWTH_GAIN * per_token(gamma)
 
     def start(self) -> None:
         self.gamma = self.base
@@ -147,4 +163,7 @@ class ChainGrowth:
     def record(self, drafted: int, committed: int) -> None:
         if drafted <= 0:
             return
-        self.gamma = min(2 * self.gamma, self.longest) if committed == drafted + 1 else self.base
+        if committed != drafted + 1:
+            self.gamma = self.base
+        elif self.grows:
+            self.gamma = min(2 * self.gamma, self.longest)
