@@ -253,7 +253,6 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
     guard = FallbackGuard(GuardSettings()) if fallback else None  # plain's cost measured here, not the profile's
-    table = latency_table(profile.target, None, 2 * LONGEST_LOOKUP_CHAIN + 2)
-    verify_ms = (lambda n: table(n)) if table is not None else None  # a lookup chain grows where T(n) / n falls
+    verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)  # a lookup chain grows where T(n) / n falls
     return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
                              guard=guard, verify_ms=verify_ms, **stage_shape_arguments(top))
