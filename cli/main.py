@@ -1,4 +1,4 @@
-"""The ``specplan`` command line: profile, plan, run, bench, roofline, predict, export, quantize,
+"""The ``specplan`` command line: profile, plan, run, serve, bench, roofline, predict, export, quantize,
 distill, models, compile, cache (docs/formats.md, "Command line"). Each verb has a module of its name with
 ``add_parser`` and ``command``; a verb's variants (``plan --sku``, ``run --batch``, ...) live in
 modules beside it.
@@ -23,8 +23,8 @@ from specplan.cli.options import show_warning
 from specplan.core.quiet import quiet_libraries
 from specplan.core.errors import SpecplanError
 
-VERBS = ("profile", "plan", "run", "bench", "roofline", "predict", "export", "quantize", "distill", "models", "compile",
-         "cache")
+VERBS = ("profile", "plan", "run", "serve", "bench", "roofline", "predict", "export", "quantize", "distill", "models",
+         "compile", "cache")
 
 
 class _Parser(argparse.ArgumentParser):

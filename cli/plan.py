@@ -8,7 +8,7 @@ from pathlib import Path
 from specplan.api import check_batch_sizes, solve_plan_file
 from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
 from specplan.core.outputs import check_output_file
-from specplan.core.plan import Plan, save_plan
+from specplan.core.plan import Plan, floor_phrase, save_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.planner import explain as explain_result
 from specplan.planner.explain_schedule import schedule_table
@@ -82,15 +82,6 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
     if scheduled is not None:
         print(schedule_table(scheduled.schedule) if explain else _crossover_line(scheduled.schedule))
     return plan
-
-
-def floor_phrase(plan: Plan) -> str:
-    """The prediction against the floor the solver held it to (plan.yaml ``solver.floor``)."""
-    floor = plan.solver.get("floor") if isinstance(plan.solver, dict) else None
-    if not isinstance(floor, dict) or not floor.get("ms_per_token"):
-        return f"{plan.predicted.speedup:.2f}x over plain decoding"
-    ratio = float(floor["ms_per_token"]) / plan.predicted.ms_per_token
-    return f"{ratio:.2f}x {floor['name']} ({1000.0 / float(floor['ms_per_token']):.1f} tok/s)"
 
 
 def _crossover_line(schedule) -> str:

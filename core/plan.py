@@ -326,3 +326,12 @@ def save_plan(plan: Plan, path: str | Path) -> None:
     """Write a plan atomically (refuses a non-finite prediction, which no solver should produce)."""
     plan_from_dict(plan_to_dict(plan))
     write_document(path, plan_to_dict(plan))
+
+
+def floor_phrase(plan: Plan) -> str:
+    """The prediction against the floor the solver held it to (plan.yaml ``solver.floor``)."""
+    floor = plan.solver.get("floor") if isinstance(plan.solver, dict) else None
+    if not isinstance(floor, dict) or not floor.get("ms_per_token"):
+        return f"{plan.predicted.speedup:.2f}x over plain decoding"
+    ratio = float(floor["ms_per_token"]) / plan.predicted.ms_per_token
+    return f"{ratio:.2f}x {floor['name']} ({1000.0 / float(floor['ms_per_token']):.1f} tok/s)"

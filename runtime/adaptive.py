@@ -222,12 +222,12 @@ class AdaptiveEngine:
         return seconds
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
-                 on_commit: Callable[[list[int]], None] | None = None) -> AdaptiveResult:
+                 on_commit: Callable[[list[int]], bool | None] | None = None) -> AdaptiveResult:
         loop = _Loop(self, prompt_ids, sampling, max_new_tokens)
         while True:
             chunk = loop.round()
-            if on_commit is not None:
-                on_commit(chunk)
+            if on_commit is not None and on_commit(chunk):  # True: the caller ends the request here
+                loop.text.stop()
             if loop.text.remaining <= 0 or loop.text.done:
                 return loop.result()
             loop.after_round()  # between rounds only: scores, re-plan, switch

@@ -30,7 +30,7 @@ class Committed:
     eos_ids: Iterable[int] = frozenset()
     new: list[int] = field(default_factory=list)
     per_forward: list[int] = field(default_factory=list)  # tokens committed by each round, bonus included
-    stop_reason: str = ""  # "" while running, then eos | max_new_tokens
+    stop_reason: str = ""  # "" while running, then eos | max_new_tokens | stop (the caller's, :meth:`stop`)
 
     def __post_init__(self) -> None:
         self.context = list(self.context)
@@ -58,3 +58,7 @@ class Committed:
         if not self.stop_reason and self.remaining <= 0:
             self.stop_reason = "max_new_tokens"
         return chunk
+
+    def stop(self) -> None:
+        """End the request here (a caller's stop string was committed); the rounds stop after this one."""
+        self.stop_reason = self.stop_reason or "stop"

@@ -84,7 +84,7 @@ class SpeculativeEngine:
         return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
-                 on_commit: Callable[[list[int]], None] | None = None) -> GenerationResult:
+                 on_commit: Callable[[list[int]], bool | None] | None = None) -> GenerationResult:
         generator = torch.Generator().manual_seed(sampling.seed)
         self.stage.reset()
         stats = self.stage.new_stats()
@@ -108,8 +108,8 @@ class SpeculativeEngine:
             if growth is not None and played == "plan":
                 growth.record(result.drafted, len(result.chunk))
             chunk = text.add(result.chunk)
-            if on_commit is not None:
-                on_commit(chunk)
+            if on_commit is not None and on_commit(chunk):  # True: the caller ends the request here
+                text.stop()
         seconds = now(self.device) - start
         return GenerationResult(tuple(text.new), seconds, len(text.per_forward), tuple(text.per_forward),
                                 stats.draft_seconds, stats.verify_seconds, text.stop_reason or "max_new_tokens",

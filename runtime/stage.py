@@ -58,9 +58,11 @@ class StageStats:
     committed: int = 0  # tokens committed by the verifier's rounds, bonus included
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    drafted: int = 0  # draft tokens sequence rounds put before the verifier (RoundResult.drafted)
 
     def add(self, result: RoundResult) -> None:
         self.verify_forwards += 1
+        self.drafted += result.drafted
         self.committed += len(result.chunk)
         self.draft_seconds += result.draft_seconds
         self.verify_seconds += result.verify_seconds

@@ -1,0 +1,132 @@
+"""Predicted Outputs as a draft source: the text the client expects back (OpenAI's ``prediction``,
+as an editor sends the file it asks to change), followed in step with the output.
+
+The prediction is never shown to the model; it only proposes draft tokens, which the target
+verifies like any other (a point-mass proposal: lossless at every temperature, docs/planner-math.md
+section 12.6). A ``position`` in the prediction follows the committed text: every committed token
+equal to the prediction's next one moves it on; the first that differs loses it, and it is found
+again where the output's last tokens (at least ``MIN_MATCH``, up to ``MAX_MATCH``) occur in the
+prediction, the match nearest after the place it was lost preferred (an edit moves forward through
+the text it rewrites). Where the prediction has nothing aligned, the plan's own drafter proposes.
+
+Draft length: a chain from the prediction starts at ``FIRST_CHAIN`` tokens, doubles after a chain
+accepted whole (up to ``LONGEST_LOOKUP_CHAIN``) and returns to ``FIRST_CHAIN`` after a rejection,
+the rule of :class:`~specplan.runtime.fallback.ChainGrowth` (section 12.5), applied here to every
+target because a prediction, once aligned, is copied for whole spans.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import torch
+
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
+
+FIRST_CHAIN = 16  # draft tokens a newly aligned prediction proposes
+MIN_MATCH = 2  # output tokens that must occur in the prediction to align it again
+MAX_MATCH = 8  # longest suffix compared when choosing among several occurrences
+
+
+class PredictionDrafter(Drafter):
+    """Drafts from ``prediction`` (token ids of the expected output) while it is aligned with the
+    output, else from ``fallback`` (the plan's sequence drafter, at most ``fallback_gamma`` tokens).
+
+    ``accepted`` / ``rejected`` count the prediction's draft tokens the target accepted / rejected
+    (OpenAI's ``accepted_prediction_tokens`` / ``rejected_prediction_tokens``).
+
+    >>> drafter = PredictionDrafter([10, 11, 12, 13, 14], None, 0)
+    >>> drafter.propose([1, 2], 3, SamplingConfig(), None).tokens  # the prompt ends in 2
+    (10, 11, 12)
+    >>> drafter.propose([1, 2, 10, 11, 9], 3, SamplingConfig(), None).tokens  # 12 rejected: lost, no match
+    ()
+    >>> drafter.propose([1, 2, 10, 11, 9, 12, 13], 3, SamplingConfig(), None).tokens  # 12 13 found again
+    (14,)
+    >>> drafter.accepted, drafter.rejected
+    (2, 1)
+    """
+
+    name = "prediction"
+
+    def __init__(self, prediction: Sequence[int], fallback: Drafter | None, fallback_gamma: int,
+                 first: int = FIRST_CHAIN, longest: int = LONGEST_LOOKUP_CHAIN):
+        self.prediction = [int(token) for token in prediction]
+        self.fallback = fallback
+        self.fallback_gamma = fallback_gamma
+        self.first = first
+        self.longest = max(first, longest)
+        self.starts: dict[tuple[int, ...], list[int]] = defaultdict(list)  # MIN_MATCH-gram -> where it starts
+        for start in range(len(self.prediction) - MIN_MATCH + 1):
+            self.starts[tuple(self.prediction[start:start + MIN_MATCH])].append(start)
+        self.reset()
+
+    def reset(self) -> None:
+        self.position: int | None = 0  # the prediction's index of the next expected token; None: lost
+        self.anchor = 0  # where it was last aligned
+        self.seen: int | None = None  # committed tokens at the last proposal
+        self.draft: tuple[int, ...] = ()  # the last proposal, when it came from the prediction
+        self.chain = self.first
+        self.accepted = 0
+        self.rejected = 0
+        if self.fallback is not None:
+            self.fallback.reset()
+
+    def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
+        self._follow(committed)
+        self.draft = ()
+        if self.position is not None and gamma > 0:
+            self.draft = tuple(self.prediction[self.position:self.position + min(gamma, self.chain)])
+        if self.draft:
+            return Proposal(self.draft)
+        if self.fallback is None or gamma < 1 or self.fallback_gamma < 1:
+            return Proposal(())
+        return self.fallback.propose(committed, min(gamma, self.fallback_gamma), sampling, generator)
+
+    def _follow(self, committed: list[int]) -> None:
+        """Count the last proposal's fate and move ``position`` along the tokens committed since."""
+        if self.seen is None:  # the first round: the output starts where the prediction does
+            self.seen = len(committed)
+            return
+        new = committed[self.seen:]
+        self.seen = len(committed)
+        if self.draft:
+            kept = 0
+            while kept < min(len(new), len(self.draft)) and new[kept] == self.draft[kept]:
+                kept += 1
+            self.accepted += kept
+            self.rejected += len(self.draft) - kept
+            self.chain = min(2 * self.chain, self.longest) if kept == len(self.draft) else self.first
+        for token in new:
+            if self.position is not None and self.position < len(self.prediction) \
+                    and self.prediction[self.position] == token:
+                self.position += 1
+                self.anchor = self.position
+            else:
+                self.position = None
+        if self.position is None:
+            self.position = self._align(committed)
+
+    def _align(self, committed: list[int]) -> int | None:
+        """The index after the best occurrence in the prediction of the output's last tokens, or None."""
+        if len(committed) < MIN_MATCH:
+            return None
+        best: tuple[int, int, int] | None = None  # (match length, after the anchor, -distance) -> larger wins
+        best_end = None
+        for start in self.starts.get(tuple(committed[-MIN_MATCH:]), ()):
+            end = start + MIN_MATCH
+            length = MIN_MATCH
+            while length < MAX_MATCH and length < len(committed) and start + MIN_MATCH - length - 1 >= 0 \
+                    and committed[-length - 1] == self.prediction[start + MIN_MATCH - length - 1]:
+                length += 1
+            key = (length, end >= self.anchor, -abs(end - self.anchor))
+            if best is None or key > best:
+                best, best_end = key, end
+        return best_end if best_end is not None and best_end < len(self.prediction) else None
+
+    def sessions(self):
+        return [] if self.fallback is None else self.fallback.sessions()
+
+    def drafters(self) -> list[Drafter]:
+        return [self] + ([] if self.fallback is None else self.fallback.drafters())

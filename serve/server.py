@@ -1,0 +1,76 @@
+"""Start ``specplan serve``: open the plan, bind the address (a one-line error when it is taken),
+say in one line what is served and how fast the plan predicts, then run uvicorn until SIGINT or
+SIGTERM, which stop accepting connections and finish the requests in flight before exiting."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass
+
+from specplan.core.errors import SpecplanError
+from specplan.core.plan import floor_phrase
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.serve.service import ServeSettings, Service
+
+GRACEFUL_SECONDS = 600  # longest a SIGTERM waits for the requests in flight
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+def bind(address: Address) -> socket.socket:
+    """A listening socket on ``address`` (port 0: any free port); SpecplanError if it cannot be had."""
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address.host, address.port))
+    except OSError as error:
+        sock.close()
+        raise SpecplanError(f"cannot listen on {address.host}:{address.port} ({error.strerror}); pass another "
+                            "--port or --host") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def warm_up(service: Service) -> None:
+    """One short decode, so that the first client does not pay llama.cpp's first-call costs."""
+    ids = [int(t) for t in service.tokenizer("Hello")["input_ids"]] or [0]
+    service.runner.engine.generate(ids, 2, SamplingConfig())
+
+
+def start_line(service: Service, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    plan = service.runner.plan
+    where = f"[{host}]" if ":" in host else host
+    return (f"specplan serve: {plan.summary()} on {service.runner.backend}, model `{service.settings.alias}` at "
+            f"http://{where}:{port}/v1; predicted {plan.predicted.tokens_per_s:.1f} tok/s, {floor_phrase(plan)}; "
+            f"{service.settings.queue_size} requests may wait")
+
+
+def serve(runner, settings: ServeSettings, address: Address, log_level: str = "warning") -> int:
+    import uvicorn
+    from sse_starlette.sse import AppStatus
+
+    from specplan.serve.app import build_app
+
+    sock = bind(address)
+    service = Service(runner, settings)
+    warm_up(service)
+    service.worker.start()
+    AppStatus.disable_automatic_graceful_drain()  # SIGTERM lets streams in flight finish
+    config = uvicorn.Config(build_app(service), log_level=log_level, access_log=log_level in ("info", "debug"),
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS, lifespan="off")
+    print(start_line(service, sock), flush=True)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        service.worker.stop()
+        sock.close()
+    sys.stdout.flush()
+    return 0

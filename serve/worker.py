@@ -1,0 +1,134 @@
+"""The decoding worker: one thread owns the opened plan and decodes the queued requests in turn.
+
+The HTTP side (an asyncio loop) puts a :class:`Job` in a bounded queue and reads its events; the
+worker runs the plan's engine on it (or, with a ``prediction``, an engine that drafts from it:
+runtime/drafters/prediction.py) and hands back each round's final text. A job whose client left,
+or whose stop string was committed, ends after the round in flight (``on_commit`` returns True).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.prediction import PredictionDrafter
+from specplan.serve.metrics import ServeMetrics
+from specplan.serve.text import TextStream
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The end of a job: OpenAI's ``finish_reason`` and ``usage`` counts."""
+
+    reason: str  # stop | length
+    prompt_tokens: int
+    completion_tokens: int
+    accepted_prediction: int = 0
+    rejected_prediction: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+@dataclass
+class Job:
+    prompt_ids: list[int]
+    max_tokens: int
+    sampling: SamplingConfig
+    stops: tuple[str, ...]
+    prediction_ids: list[int] | None
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def emit(self, event: Delta | Finished | Failed) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the loop closed: nobody reads the events any more
+            pass
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Worker:
+    """Decodes jobs one at a time on ``runner`` (a :class:`~specplan.runtime.runner.PlanRunner`);
+    at most ``queue_size`` wait. ``engine_for(job)`` builds the engine a job runs on."""
+
+    def __init__(self, runner, metrics: ServeMetrics, queue_size: int, engine_for):
+        self.runner = runner
+        self.metrics = metrics
+        self.engine_for = engine_for
+        self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.thread = threading.Thread(target=self._serve, name="specplan-decode", daemon=True)
+        self.busy = False
+        self.done = 0  # jobs decoded
+        self.seconds = 0.0  # their decode time
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            raise QueueFull from None
+        self.metrics.queued.set(self.jobs.qsize())
+
+    def stop(self) -> None:
+        """Finish the queued jobs, then end the thread."""
+        self.jobs.put(None)
+        self.thread.join()
+
+    def _serve(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            self.metrics.queued.set(self.jobs.qsize())
+            if job.cancelled.is_set():
+                continue
+            self.busy = True
+            self.metrics.active.set(1)
+            start = time.perf_counter()
+            try:
+                job.emit(self._decode(job))
+                self.done += 1
+                self.seconds += time.perf_counter() - start
+            except Exception as error:  # a bug must not end the server: the client gets a 500 body
+                job.emit(Failed(f"{type(error).__name__}: {error}"))
+            finally:
+                self.busy = False
+                self.metrics.active.set(0)
+
+    def _decode(self, job: Job) -> Finished:
+        engine = self.engine_for(job)
+        text = TextStream(self.runner.target.tokenizer, job.stops)
+
+        def on_commit(chunk: list[int]) -> bool:
+            delta = text.add(chunk)
+            if delta:
+                job.emit(Delta(delta))
+            return text.stopped or job.cancelled.is_set()
+
+        start = time.perf_counter()
+        result = engine.generate(job.prompt_ids, job.max_tokens, job.sampling, on_commit)
+        tail = text.finish()
+        if tail:
+            job.emit(Delta(tail))
+        self.metrics.record(result, len(job.prompt_ids))
+        drafter = engine.drafter if isinstance(getattr(engine, "drafter", None), PredictionDrafter) else None
+        reason = "length" if result.stop_reason == "max_new_tokens" and not text.stopped else "stop"
+        return Finished(reason, len(job.prompt_ids), len(result.token_ids),
+                        drafter.accepted if drafter else 0, drafter.rejected if drafter else 0,
+                        time.perf_counter() - start)
