@@ -258,16 +258,16 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
                              guard=guard, verify_ms=verify_ms, **stage_shape_arguments(top))
 
 
-def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], profile: Profile,
+def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int, profile: Profile,
                             fallback: bool = True) -> SpeculativeEngine:
     """An engine over ``engine``'s target session that drafts from a client's ``prediction`` (token ids
-    of the expected output; runtime/drafters/prediction.py) and, where the prediction has nothing
+    of the expected output, continuing a prompt of ``prompt_length`` tokens; runtime/drafters/prediction.py) and, where the prediction has nothing
     aligned, from ``engine``'s own sequence drafter at its gamma (a tree stage's drafter is not used:
     the prediction's round is a chain). Built per request; no model loads."""
     from specplan.runtime.drafters.prediction import PredictionDrafter
 
     plan_drafter = engine.drafter if engine.tree is None and engine.gamma > 0 else None
-    drafter = PredictionDrafter(prediction, plan_drafter, engine.gamma if plan_drafter is not None else 0)
+    drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, engine.gamma if plan_drafter is not None else 0)
     guard = FallbackGuard(GuardSettings()) if fallback else None
     verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)
     return SpeculativeEngine(engine.target, engine.device, engine.eos_ids, drafter, gamma=LONGEST_LOOKUP_CHAIN,

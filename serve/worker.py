@@ -128,6 +128,8 @@ class Worker:
             job.emit(Delta(tail))
         self.metrics.record(result, len(job.prompt_ids))
         drafter = engine.drafter if isinstance(getattr(engine, "drafter", None), PredictionDrafter) else None
+        if drafter is not None:
+            drafter.settle(job.prompt_ids + list(result.token_ids))
         reason = "length" if result.stop_reason == "max_new_tokens" and not text.stopped else "stop"
         return Finished(reason, len(job.prompt_ids), len(result.token_ids),
                         drafter.accepted if drafter else 0, drafter.rejected if drafter else 0,

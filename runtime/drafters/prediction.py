@@ -34,25 +34,29 @@ class PredictionDrafter(Drafter):
     """Drafts from ``prediction`` (token ids of the expected output) while it is aligned with the
     output, else from ``fallback`` (the plan's sequence drafter, at most ``fallback_gamma`` tokens).
 
+    ``prompt_length``: the output starts after that many tokens of the committed text, and there the
+    prediction does (the engine may have played plain rounds before it first asks for a draft).
     ``accepted`` / ``rejected`` count the prediction's draft tokens the target accepted / rejected
-    (OpenAI's ``accepted_prediction_tokens`` / ``rejected_prediction_tokens``).
+    (OpenAI's ``accepted_prediction_tokens`` / ``rejected_prediction_tokens``); :meth:`settle` counts
+    the last draft once the request has ended.
 
-    >>> drafter = PredictionDrafter([10, 11, 12, 13, 14], None, 0)
-    >>> drafter.propose([1, 2], 3, SamplingConfig(), None).tokens  # the prompt ends in 2
+    >>> drafter = PredictionDrafter([10, 11, 12, 13, 14], 2, None, 0)
+    >>> drafter.propose([1, 2], 3, SamplingConfig(), None).tokens  # the prompt is [1, 2]
     (10, 11, 12)
     >>> drafter.propose([1, 2, 10, 11, 9], 3, SamplingConfig(), None).tokens  # 12 rejected: lost, no match
     ()
     >>> drafter.propose([1, 2, 10, 11, 9, 12, 13], 3, SamplingConfig(), None).tokens  # 12 13 found again
     (14,)
-    >>> drafter.accepted, drafter.rejected
-    (2, 1)
+    >>> drafter.settle([1, 2, 10, 11, 9, 12, 13, 14]); drafter.accepted, drafter.rejected
+    (3, 1)
     """
 
     name = "prediction"
 
-    def __init__(self, prediction: Sequence[int], fallback: Drafter | None, fallback_gamma: int,
+    def __init__(self, prediction: Sequence[int], prompt_length: int, fallback: Drafter | None, fallback_gamma: int,
                  first: int = FIRST_CHAIN, longest: int = LONGEST_LOOKUP_CHAIN):
         self.prediction = [int(token) for token in prediction]
+        self.prompt_length = prompt_length
         self.fallback = fallback
         self.fallback_gamma = fallback_gamma
         self.first = first
@@ -65,7 +69,7 @@ class PredictionDrafter(Drafter):
     def reset(self) -> None:
         self.position: int | None = 0  # the prediction's index of the next expected token; None: lost
         self.anchor = 0  # where it was last aligned
-        self.seen: int | None = None  # committed tokens at the last proposal
+        self.seen = self.prompt_length  # committed tokens followed so far
         self.draft: tuple[int, ...] = ()  # the last proposal, when it came from the prediction
         self.chain = self.first
         self.accepted = 0
@@ -84,13 +88,17 @@ class PredictionDrafter(Drafter):
             return Proposal(())
         return self.fallback.propose(committed, min(gamma, self.fallback_gamma), sampling, generator)
 
+    def settle(self, committed: list[int]) -> None:
+        """Count the last draft's fate against the request's final text (``committed``: prompt and output)."""
+        self._follow(committed)
+        self.draft = ()
+
     def _follow(self, committed: list[int]) -> None:
         """Count the last proposal's fate and move ``position`` along the tokens committed since."""
-        if self.seen is None:  # the first round: the output starts where the prediction does
-            self.seen = len(committed)
-            return
         new = committed[self.seen:]
         self.seen = len(committed)
+        if not new:
+            return
         if self.draft:
             kept = 0
             while kept < min(len(new), len(self.draft)) and new[kept] == self.draft[kept]:

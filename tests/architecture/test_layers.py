@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-LAYERS = ("core", "planner", "models", "quant", "runtime", "profiler", "bench", "distill", "cli")
+LAYERS = ("core", "planner", "models", "quant", "runtime", "profiler", "bench", "distill", "serve", "cli")
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
