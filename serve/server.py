@@ -1,11 +1,13 @@
 """Start ``specplan serve``: open the plan, bind the address (a one-line error when it is taken),
-say in one line what is served and how fast the plan predicts, then run uvicorn until SIGINT or
-SIGTERM, which stop accepting connections and finish the requests in flight before exiting."""
+say in one line what is served and how fast the plan predicts, then serve until SIGINT or SIGTERM,
+which stop accepting connections and finish the requests in flight before exiting (code 0)."""
 
 from __future__ import annotations
 
+import signal
 import socket
-import sys
+import threading
+import time
 from dataclasses import dataclass
 
 from specplan.core.errors import SpecplanError
@@ -54,6 +56,9 @@ def start_line(service: Service, sock: socket.socket) -> str:
 
 
 def serve(runner, settings: ServeSettings, address: Address, log_level: str = "warning") -> int:
+    """Serve until SIGINT or SIGTERM: uvicorn's event loop on a thread of its own, the decoding on this
+    (the main) thread (serve/worker.py says why). A signal tells uvicorn to stop accepting and to wait
+    for the connections in flight; their jobs decode here meanwhile; then it returns 0."""
     import uvicorn
     from sse_starlette.sse import AppStatus
 
@@ -62,15 +67,28 @@ def serve(runner, settings: ServeSettings, address: Address, log_level: str = "w
     sock = bind(address)
     service = Service(runner, settings)
     warm_up(service)
-    service.worker.start()
-    AppStatus.disable_automatic_graceful_drain()  # SIGTERM lets streams in flight finish
+    AppStatus.disable_automatic_graceful_drain()  # a signal lets streams in flight finish
     config = uvicorn.Config(build_app(service), log_level=log_level, access_log=log_level in ("info", "debug"),
                             timeout_graceful_shutdown=GRACEFUL_SECONDS, lifespan="off")
-    print(start_line(service, sock), flush=True)
+    server = uvicorn.Server(config)
+    loop = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="specplan-http", daemon=True)
+
+    def stop(signum, frame) -> None:
+        server.should_exit = True
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        loop.start()
+        while not server.started and loop.is_alive():
+            time.sleep(0.01)
+        if not loop.is_alive():
+            raise SpecplanError(f"the HTTP server did not start on {address.host}:{address.port}")
+        print(start_line(service, sock), flush=True)
+        service.worker.run(finished=lambda: not loop.is_alive())
     finally:
-        service.worker.stop()
+        server.should_exit = True
+        loop.join(GRACEFUL_SECONDS)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         sock.close()
-    sys.stdout.flush()
     return 0

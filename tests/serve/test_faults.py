@@ -136,4 +136,4 @@ def test_sigterm_finishes_the_request_in_flight(exact_plan):
     thread.join()
     status, _, answer = outcome["answer"]
     assert status == 200 and answer["usage"]["completion_tokens"] > 0, answer
-    assert code in (0, 143) and "Traceback" not in stderr
+    assert code == 0 and "Traceback" not in stderr

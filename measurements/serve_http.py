@@ -1,0 +1,210 @@
+"""One client for every server: ``specplan serve`` and llama-server, driven over HTTP by the official
+``openai`` package with the same chat requests, one server at a time on 127.0.0.1, each stopped after.
+
+Servers (``--servers``, comma-separated):
+
+- ``serve``: ``specplan serve PLAN``; ``serve-prediction``: the same server, each edit request sending the
+  function it asks to edit as OpenAI's ``prediction`` (humaneval-edit only);
+- ``llama-server``: plain decoding (``--spec-type none``); ``llama-server-draft``: its ``draft-simple`` with the
+  profile's ``model:`` drafter at llama.cpp's defaults; ``llama-server-ngram``: ``ngram-simple`` at its defaults;
+- ``exported``: the command ``specplan export PLAN --engine llama.cpp`` prints, as printed (plus the address,
+  threads, context and slots);
+
+every llama-server with ``-np C`` at concurrency C, weight repacking as the plan's numerics have it. Each
+request streams (``stream_options.include_usage``): time to first token, latency, and its decode rate
+(tokens after the first over the time after the first). Per server and concurrency: the median of
+the per-request decode rates, the pooled decode rate (all tokens after the first over all the time
+after the first), TTFT and latency p50 / p95, aggregate tokens/s (all tokens over the wall time of the
+batch), and whether the greedy answers equal the same server's at concurrency 1.
+
+    .venv/bin/python measurements/serve_http.py --plan profiles/transfer-qwen/plan-edit/plan.yaml \
+        --workload humaneval-edit --limit 40 --max-tokens 128 --concurrency 1 \
+        --servers serve,serve-prediction,llama-server,llama-server-draft,llama-server-ngram,exported \
+        --out /tmp/serve-http
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import openai
+
+from specplan.bench.llama_server_peer import (LlamaServer, drafter_gguf, parse_peer, server_binary, server_command)
+from specplan.core.contract import load_plan_and_profile
+from specplan.core.workloads import workload_split
+from specplan.runtime.llama_cpp_session import repacks_weights
+
+CODE = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
+START = re.compile(r"at (http://\S+/v1);")
+
+
+class SpecplanServer:
+    """``specplan serve PLAN`` on a free port, stopped by SIGTERM."""
+
+    def __init__(self, plan: Path, threads: int):
+        command = [str(Path(sys.executable).parent / "specplan"), "serve", str(plan), "--port", "0",
+                   "--threads", str(threads), "--queue", "64"]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        match = START.search(line)
+        if match is None:
+            self.process.kill()
+            raise SystemExit(f"specplan serve did not start: {line!r} {self.process.stderr.read()[-1000:]}")
+        print("  " + line.strip(), flush=True)
+        self.base_url = match.group(1)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+
+
+class PeerServer:
+    """llama-server with ``arguments`` after its model, on a free port, ``slots`` parallel sequences."""
+
+    def __init__(self, arguments: list[str], target: Path, threads: int, slots: int, repack: bool):
+        def command(port: int) -> list[str]:
+            base = [str(server_binary()), "-m", str(target), "-t", str(threads), "-c", str(4096 * slots),
+                    "-np", str(slots), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0", "--no-webui"]
+            return base + ([] if repack else ["--no-repack"]) + arguments
+
+        self.server = LlamaServer(command, "llama-server")
+        self.server.start()
+        print("  " + shlex.join(command(self.server.port)), flush=True)
+        self.base_url = self.server.url + "/v1"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def peer_arguments(name: str, plan: Path, profile) -> list[str]:
+    """llama-server's speculative arguments for a server name."""
+    if name == "exported":
+        out = subprocess.run([str(Path(sys.executable).parent / "specplan"), "export", str(plan), "--engine",
+                              "llama.cpp", "--json"], capture_output=True, text=True, check=True).stdout
+        words = shlex.split(json.loads(out)["config"].splitlines()[0])
+        return words[words.index("-m") + 2:]  # what follows the model path
+    peer = parse_peer(name)
+    full = server_command("x", peer, "model", 1, 1, draft=drafter_gguf(profile) if peer.needs_draft_model else None)
+    return full[full.index("--no-repack") + 1:]
+
+
+def one_request(base_url: str, prompt, max_tokens: int, prediction: bool) -> dict:
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=900)
+    extra = {}
+    if prediction:
+        extra["prediction"] = {"type": "content", "content": "```python\n" + CODE.search(prompt.text).group(1) + "\n```"}
+    start = time.perf_counter()
+    first = None
+    parts, usage = [], None
+    for chunk in client.chat.completions.create(model="specplan", messages=[{"role": "user", "content": prompt.text}],
+                                                max_tokens=max_tokens, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}, **extra):
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter()
+            parts.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            usage = chunk.usage
+    end = time.perf_counter()
+    tokens = usage.completion_tokens if usage is not None else 0
+    details = getattr(usage, "completion_tokens_details", None)
+    return {"prompt_id": prompt.prompt_id, "text": "".join(parts), "tokens": tokens,
+            "ttft": (first or end) - start, "latency": end - start, "decode_seconds": end - (first or end),
+            "accepted_prediction": getattr(details, "accepted_prediction_tokens", None) or 0}
+
+
+def measure(base_url: str, prompts, max_tokens: int, concurrency: int, prediction: bool) -> tuple[list[dict], float]:
+    one_request(base_url, prompts[0], 8, False)  # warm-up, not counted
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        rows = list(pool.map(lambda prompt: one_request(base_url, prompt, max_tokens, prediction), prompts))
+    return rows, time.perf_counter() - start
+
+
+def summary(rows: list[dict], wall: float) -> dict:
+    rates = [(row["tokens"] - 1) / row["decode_seconds"] for row in rows if row["decode_seconds"] > 0 and row["tokens"] > 1]
+    decode_tokens = sum(max(0, row["tokens"] - 1) for row in rows)
+    decode_seconds = sum(row["decode_seconds"] for row in rows)
+    ttft, latency = [row["ttft"] for row in rows], [row["latency"] for row in rows]
+    return {"requests": len(rows), "tokens": sum(row["tokens"] for row in rows),
+            "decode_median": float(np.median(rates)) if rates else 0.0,
+            "decode_pooled": decode_tokens / decode_seconds if decode_seconds else 0.0,
+            "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p95": float(np.percentile(ttft, 95)),
+            "latency_p50": float(np.percentile(latency, 50)), "latency_p95": float(np.percentile(latency, 95)),
+            "aggregate": sum(row["tokens"] for row in rows) / wall, "wall": wall,
+            "accepted_prediction": sum(row["accepted_prediction"] for row in rows)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", type=Path, required=True)
+    parser.add_argument("--workload", default="humaneval-edit")
+    parser.add_argument("--limit", type=int, default=40)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--concurrency", default="1")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--servers", default="serve,llama-server")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/serve-http"))
+    args = parser.parse_args()
+    plan, profile, _ = load_plan_and_profile(str(args.plan))
+    prompts = workload_split(args.workload, "evaluation")[:args.limit]
+    target = Path(profile.target.source) if Path(profile.target.source).is_file() else None
+    if target is None:
+        from specplan.models.load import gguf_file
+        target = Path(gguf_file(profile.target.source))
+    repack = repacks_weights(exact=profile.exact)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in args.servers.split(","):
+        for concurrency in [int(c) for c in args.concurrency.split(",")]:
+            print(f"{name} at concurrency {concurrency}: {len(prompts)} {args.workload} prompts x {args.max_tokens}",
+                  flush=True)
+            if name.startswith("serve"):
+                server = SpecplanServer(args.plan, args.threads)
+            else:
+                server = PeerServer(peer_arguments(name, args.plan, profile), target, args.threads, concurrency, repack)
+            try:
+                rows, wall = measure(server.base_url, prompts, args.max_tokens, concurrency, name == "serve-prediction")
+            finally:
+                server.stop()
+            results[f"{name}@{concurrency}"] = {"summary": summary(rows, wall), "rows": rows}
+            (args.out / "results.json").write_text(json.dumps(results, indent=1))
+            print("  " + json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                                     for k, v in results[f"{name}@{concurrency}"]["summary"].items()}), flush=True)
+    print_table(results)
+    return 0
+
+
+def print_table(results: dict) -> None:
+    reference = {key.split("@")[1]: value["summary"] for key, value in results.items() if key.startswith("llama-server@")}
+    first = {key.split("@")[0]: value["rows"] for key, value in results.items() if key.endswith("@1")}
+    print("\n| server | C | decode tok/s (median) | pooled | x llama-server plain | TTFT p50 / p95 s | latency p50 / p95 s "
+          "| aggregate tok/s | same text as C=1 |")
+    print("|---|---:|---:|---:|---:|---|---|---:|---|")
+    for key, value in results.items():
+        name, concurrency = key.split("@")
+        s = value["summary"]
+        plain = reference.get(concurrency)
+        ratio = f"{s['decode_pooled'] / plain['decode_pooled']:.2f}x" if plain and plain["decode_pooled"] else "-"
+        same = "-"
+        if concurrency != "1" and name in first:
+            texts = {row["prompt_id"]: row["text"] for row in first[name]}
+            same = f"{sum(texts.get(row['prompt_id']) == row['text'] for row in value['rows'])}/{len(value['rows'])}"
+        print(f"| {name} | {concurrency} | {s['decode_median']:.1f} | {s['decode_pooled']:.1f} | {ratio} | "
+              f"{s['ttft_p50']:.2f} / {s['ttft_p95']:.2f} | {s['latency_p50']:.2f} / {s['latency_p95']:.2f} | "
+              f"{s['aggregate']:.1f} | {same} |")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    raise SystemExit(main())
