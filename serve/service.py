@@ -15,6 +15,7 @@ from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine
 from specplan.runtime.context import draft_width, model_context
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.fallback import FallbackGuard, GuardSettings
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.serve.metrics import ServeMetrics
 from specplan.serve.schema import ChatRequest, Common, CompletionRequest, ServeError
@@ -45,6 +46,10 @@ class Service:
         target = runner.target
         self.context = LLAMA_CPP_CONTEXT if target.backend == "llama.cpp" else model_context(target.model.config)
         self.created = int(time.time())
+        # prediction requests play under one guard that lives across requests (its plain cost carries over):
+        # the plan engine's own where it has one (requests decode one at a time), else a guard of their own
+        plan_guard = getattr(runner.engine, "guard", None)
+        self.guard = plan_guard or (FallbackGuard(GuardSettings()) if settings.fallback else None)
 
     # requests -> jobs
 
@@ -107,7 +112,8 @@ class Service:
         if not job.prediction_ids:
             return engine
         base = engine if isinstance(engine, SpeculativeEngine) else self.runner.plain
-        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), self.runner.profile, fallback=self.settings.fallback)
+        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), self.runner.profile,
+                                       guard=self.guard)
 
     # events -> bodies
 
