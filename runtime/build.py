@@ -258,22 +258,34 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
                              guard=guard, verify_ms=verify_ms, **stage_shape_arguments(top))
 
 
+def prediction_lengths(engine: SpeculativeEngine) -> tuple[int, int]:
+    """``(first, min_match)`` of a prediction drafted over ``engine``'s plan (docs/planner-math.md
+    section 12.6): a lookup plan says what a copy needs on this machine, its gamma the chain the
+    planner found copies pay at (at least FIRST_CHAIN) and its shortest n-gram the match a copy is
+    drafted from; other plans give the drafter's defaults."""
+    from specplan.runtime.drafters.prediction import FIRST_CHAIN, MIN_MATCH
+
+    drafter = engine.drafter if engine.tree is None and engine.gamma > 0 else None
+    if drafter is None or drafter.sessions():
+        return FIRST_CHAIN, MIN_MATCH
+    return max(FIRST_CHAIN, engine.gamma), max(MIN_MATCH, getattr(drafter, "min_ngram", 0))
+
+
 def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int, profile: Profile,
                             guard: FallbackGuard | None = None) -> SpeculativeEngine:
     """An engine over ``engine``'s target session that drafts from a client's ``prediction`` (token ids
-    of the expected output, continuing a prompt of ``prompt_length`` tokens; runtime/drafters/prediction.py) and, where the prediction has nothing
-    aligned, from ``engine``'s own sequence drafter at its gamma (a tree stage's drafter is not used:
-    the prediction's round is a chain). Built per request; no model loads. ``guard``: the fallback guard
-    the rounds play under (None: every round drafts); pass one that lives across requests, so that its
-    measured plain cost carries over (runtime/fallback.py)."""
-    from specplan.runtime.drafters.prediction import FIRST_CHAIN, PredictionDrafter
+    of the expected output, continuing a prompt of ``prompt_length`` tokens; runtime/drafters/prediction.py)
+    at the lengths of :func:`prediction_lengths` and, where the prediction has nothing aligned, from
+    ``engine``'s own sequence drafter at its gamma (a tree stage's drafter is not used: the prediction's
+    round is a chain). Built per request; no model loads. ``guard``: the fallback guard the rounds play
+    under (None: every round drafts); pass one that lives across requests, so that its measured plain
+    cost carries over (runtime/fallback.py)."""
+    from specplan.runtime.drafters.prediction import PredictionDrafter
 
     plan_drafter = engine.drafter if engine.tree is None and engine.gamma > 0 else None
-    gamma = engine.gamma if plan_drafter is not None else 0
-    # a lookup plan's chain is the length the planner found copies pay at on this machine: a prediction,
-    # a better-aligned copy, starts there (at least FIRST_CHAIN)
-    first = max(FIRST_CHAIN, gamma if plan_drafter is not None and not plan_drafter.sessions() else 0)
-    drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, gamma, first=first)
+    first, min_match = prediction_lengths(engine)
+    drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, engine.gamma if plan_drafter else 0,
+                                first=first, min_match=min_match)
     verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)
     return SpeculativeEngine(engine.target, engine.device, engine.eos_ids, drafter, gamma=LONGEST_LOOKUP_CHAIN,
                              names=("prediction", engine.stage.names[1]), runtime=EAGER, guard=guard,

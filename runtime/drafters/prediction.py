@@ -5,14 +5,16 @@ The prediction is never shown to the model; it only proposes draft tokens, which
 verifies like any other (a point-mass proposal: lossless at every temperature, docs/planner-math.md
 section 12.6). A ``position`` in the prediction follows the committed text: every committed token
 equal to the prediction's next one moves it on; the first that differs loses it, and it is found
-again where the output's last tokens (at least ``MIN_MATCH``, up to ``MAX_MATCH``) occur in the
+again where the output's last tokens (at least ``min_match``, up to ``MAX_MATCH``) occur in the
 prediction, the match nearest after the place it was lost preferred (an edit moves forward through
 the text it rewrites). Where the prediction has nothing aligned, the plan's own drafter proposes.
 
-Draft length: a chain from the prediction starts at ``FIRST_CHAIN`` tokens, doubles after a chain
-accepted whole (up to ``LONGEST_LOOKUP_CHAIN``) and returns to ``FIRST_CHAIN`` after a rejection,
+Draft length: a chain from the prediction starts at ``first`` tokens, doubles after a chain
+accepted whole (up to ``LONGEST_LOOKUP_CHAIN``) and returns to ``first`` after a rejection,
 the rule of :class:`~specplan.runtime.fallback.ChainGrowth` (section 12.5), applied here to every
-target because a prediction, once aligned, is copied for whole spans.
+target because a prediction, once aligned, is copied for whole spans. Under a lookup plan
+(runtime/build.py) ``first`` is the plan's gamma and ``min_match`` its shortest n-gram: what a copy
+needs to pay on the machine the plan was solved for.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 
 FIRST_CHAIN = 16  # draft tokens a newly aligned prediction proposes
-MIN_MATCH = 2  # output tokens that must occur in the prediction to align it again
+MIN_MATCH = 2  # output tokens that must occur in the prediction to align it again, by default
 MAX_MATCH = 8  # longest suffix compared when choosing among several occurrences
 
 
@@ -54,16 +56,17 @@ class PredictionDrafter(Drafter):
     name = "prediction"
 
     def __init__(self, prediction: Sequence[int], prompt_length: int, fallback: Drafter | None, fallback_gamma: int,
-                 first: int = FIRST_CHAIN, longest: int = LONGEST_LOOKUP_CHAIN):
+                 first: int = FIRST_CHAIN, longest: int = LONGEST_LOOKUP_CHAIN, min_match: int = MIN_MATCH):
         self.prediction = [int(token) for token in prediction]
         self.prompt_length = prompt_length
         self.fallback = fallback
         self.fallback_gamma = fallback_gamma
         self.first = first
         self.longest = max(first, longest)
-        self.starts: dict[tuple[int, ...], list[int]] = defaultdict(list)  # MIN_MATCH-gram -> where it starts
-        for start in range(len(self.prediction) - MIN_MATCH + 1):
-            self.starts[tuple(self.prediction[start:start + MIN_MATCH])].append(start)
+        self.min_match = min_match
+        self.starts: dict[tuple[int, ...], list[int]] = defaultdict(list)  # min_match-gram -> where it starts
+        for start in range(len(self.prediction) - min_match + 1):
+            self.starts[tuple(self.prediction[start:start + min_match])].append(start)
         self.reset()
 
     def reset(self) -> None:
@@ -118,15 +121,15 @@ class PredictionDrafter(Drafter):
 
     def _align(self, committed: list[int]) -> int | None:
         """The index after the best occurrence in the prediction of the output's last tokens, or None."""
-        if len(committed) < MIN_MATCH:
+        if len(committed) < self.min_match:
             return None
         best: tuple[int, int, int] | None = None  # (match length, after the anchor, -distance) -> larger wins
         best_end = None
-        for start in self.starts.get(tuple(committed[-MIN_MATCH:]), ()):
-            end = start + MIN_MATCH
-            length = MIN_MATCH
-            while length < MAX_MATCH and length < len(committed) and start + MIN_MATCH - length - 1 >= 0 \
-                    and committed[-length - 1] == self.prediction[start + MIN_MATCH - length - 1]:
+        for start in self.starts.get(tuple(committed[-self.min_match:]), ()):
+            end = start + self.min_match
+            length = self.min_match
+            while length < max(MAX_MATCH, self.min_match) and length < len(committed) and end - length - 1 >= 0 \
+                    and committed[-length - 1] == self.prediction[end - length - 1]:
                 length += 1
             key = (length, end >= self.anchor, -abs(end - self.anchor))
             if best is None or key > best:

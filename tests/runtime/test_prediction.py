@@ -67,6 +67,25 @@ def test_after_an_edit_the_prediction_is_found_again_where_the_output_rejoins_it
     assert drafter.chain == 4 * 8  # two chains accepted whole: doubled twice
 
 
+def test_a_lost_prediction_needs_min_match_tokens_to_align_again():
+    prediction = [10, 11, 12, 13, 14, 15, 16, 17]
+    config = SamplingConfig()
+    for min_match, aligned in [(2, True), (4, False), (3, True)]:
+        drafter = PredictionDrafter(prediction, 1, None, 0, first=4, min_match=min_match)
+        drafter.propose([0], 4, config, None)
+        output = [0, 99, 12, 13, 14]  # lost at once; rejoins on the three tokens "12 13 14"
+        assert (drafter.propose(output, 4, config, None).tokens == (15, 16, 17)) is aligned, min_match
+
+
+def test_a_lookup_plan_sets_the_predictions_first_chain_and_match():
+    from specplan.runtime.build import prediction_lengths
+
+    target = tiny_llama("sdpa", seed=0)
+    assert prediction_lengths(SpeculativeEngine(target, CPU, set(), NgramDrafter(12, 6), gamma=40)) == (40, 6)
+    assert prediction_lengths(SpeculativeEngine(target, CPU, set(), NgramDrafter(3), gamma=5)) == (FIRST_CHAIN, 2)
+    assert prediction_lengths(SpeculativeEngine(target, CPU, set())) == (FIRST_CHAIN, 2)
+
+
 def test_a_rejected_chain_counts_its_rest_and_starts_short_again():
     drafter = PredictionDrafter([10, 11, 12, 13, 14, 15], 1, None, 0, first=4)
     drafter.propose([0], 8, SamplingConfig(), None)
