@@ -222,7 +222,10 @@ class AdaptiveEngine:
         return seconds
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
-                 on_commit: Callable[[list[int]], bool | None] | None = None) -> AdaptiveResult:
+                 on_commit: Callable[[list[int]], bool | None] | None = None,
+                 keep_cache: bool = False) -> AdaptiveResult:
+        """As :meth:`SpeculativeEngine.generate`; ``keep_cache`` is ignored: the live scores read the
+        prefill's rows, so every request prefills its whole prompt."""
         loop = _Loop(self, prompt_ids, sampling, max_new_tokens)
         while True:
             chunk = loop.round()

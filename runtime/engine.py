@@ -46,6 +46,7 @@ class GenerationResult:
     stages: tuple[StageStats, ...] = ()  # per-stage totals, bottom stage first, the target's last
     plain_rounds: int = 0  # rounds the fallback guard played as plain decoding (runtime/fallback.py)
     fallbacks: int = 0  # times the guard left the plan for plain decoding
+    cached_tokens: int = 0  # prompt tokens the target's cache kept from the last request (generate's keep_cache)
 
     @property
     def mean_accepted(self) -> float:
@@ -84,13 +85,20 @@ class SpeculativeEngine:
         return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
-                 on_commit: Callable[[list[int]], bool | None] | None = None) -> GenerationResult:
+                 on_commit: Callable[[list[int]], bool | None] | None = None,
+                 keep_cache: bool = False) -> GenerationResult:
+        """Decode up to ``max_new_tokens`` after ``prompt_ids``. ``on_commit(chunk)`` sees each round's
+        committed tokens; True from it ends the request. ``keep_cache``: the target's cache keeps the
+        prefix this prompt shares with the last request's text (a prompt cache: the prefill computes
+        the rest), unless the drafter reads the target's rows, which the prefill must then produce."""
         generator = torch.Generator().manual_seed(sampling.seed)
-        self.stage.reset()
+        keep = keep_cache and not self.stage.rows_watched
+        self.stage.reset(keep_cache=keep)
         stats = self.stage.new_stats()
         text = Committed(prompt_ids, max_new_tokens, self.eos_ids)
         start = now(self.device)
-        self.stage.catch_up(text.context)  # prefill
+        cached = len(text.context) - len(self.target.rewind_to(text.context)) if keep else 0
+        self.stage.catch_up(text.context)  # prefill (of what the cache lacks)
         guard, growth = self.guard, self.growth
         if guard is not None:
             guard.start()
@@ -114,4 +122,4 @@ class SpeculativeEngine:
         return GenerationResult(tuple(text.new), seconds, len(text.per_forward), tuple(text.per_forward),
                                 stats.draft_seconds, stats.verify_seconds, text.stop_reason or "max_new_tokens",
                                 self._stage_stats(stats), guard.plain_rounds if guard else 0,
-                                guard.switches if guard else 0)
+                                guard.switches if guard else 0, cached)

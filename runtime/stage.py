@@ -104,8 +104,11 @@ class StageRunner:
         if drafter is not None:  # a draft head reads the verifier's hidden states
             drafter.attach_verifier(verifier)
 
-    def reset(self) -> None:
-        self.verifier.reset()
+    def reset(self, keep_cache: bool = False) -> None:
+        """Start a new request: the drafter's state is cleared, and the verifier's cache too unless
+        ``keep_cache`` (the next :meth:`catch_up` then trims it to the prefix the new text shares)."""
+        if not keep_cache:
+            self.verifier.reset()
         self.pending = []
         if self.drafter is not None:
             self.drafter.reset()

@@ -120,6 +120,7 @@ class Service:
     def usage(self, finished: Finished) -> dict:
         return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
                 "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
                 "completion_tokens_details": {"reasoning_tokens": 0,
                                               "accepted_prediction_tokens": finished.accepted_prediction,
                                               "rejected_prediction_tokens": finished.rejected_prediction}}

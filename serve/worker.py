@@ -36,6 +36,7 @@ class Finished:
     accepted_prediction: int = 0
     rejected_prediction: int = 0
     seconds: float = 0.0
+    cached_tokens: int = 0  # prompt tokens the target's cache held from the last request (not prefilled)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class Worker:
             self.seconds += time.perf_counter() - start
         except Exception as error:  # a bug must not end the server: the client gets a 500 body
             job.emit(Failed(f"{type(error).__name__}: {error}"))
+            self.runner.plain.target.reset()  # the next request keeps nothing a failed one left in the cache
         finally:
             self.busy = False
             self.metrics.active.set(0)
@@ -127,7 +129,7 @@ class Worker:
             return text.stopped or job.cancelled.is_set()
 
         start = time.perf_counter()
-        result = engine.generate(job.prompt_ids, job.max_tokens, job.sampling, on_commit)
+        result = engine.generate(job.prompt_ids, job.max_tokens, job.sampling, on_commit, keep_cache=True)
         tail = text.finish()
         if tail:
             job.emit(Delta(tail))
@@ -138,4 +140,5 @@ class Worker:
         reason = "length" if result.stop_reason == "max_new_tokens" and not text.stopped else "stop"
         return Finished(reason, len(job.prompt_ids), len(result.token_ids),
                         drafter.accepted if drafter else 0, drafter.rejected if drafter else 0,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, getattr(result, "cached_tokens", 0))
+

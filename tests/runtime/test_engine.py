@@ -136,3 +136,16 @@ def test_sampled_output_has_the_target_distribution(name):
     observed = np.append(observed[keep], observed[~keep].sum())
     wanted = np.append(wanted[keep], wanted[~keep].sum())
     assert stats.chisquare(observed, wanted * observed.sum() / wanted.sum()).pvalue > 1e-3
+
+
+def test_a_kept_cache_prefills_only_what_the_next_prompt_adds():
+    """generate(keep_cache=True): the second prompt shares its first tokens with the first request's
+    text; the cache keeps them (cached_tokens), and every output is still the target's own greedy."""
+    target = tiny_llama("sdpa", seed=0)
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=3)
+    first, second = PROMPTS[0], PROMPTS[0][:5] + [30, 31, 32]
+    results = [engine.generate(prompt, 12, SamplingConfig(), keep_cache=True) for prompt in (first, second, first)]
+    assert [list(result.token_ids) for result in results] == \
+        [reference_greedy(target, prompt, 12) for prompt in (first, second, first)]
+    assert [result.cached_tokens for result in results] == [0, 5, 5]
+    assert engine.generate(first, 12, SamplingConfig()).cached_tokens == 0  # the default starts afresh

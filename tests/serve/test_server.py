@@ -52,6 +52,13 @@ def test_a_greedy_answer_is_the_targets_own(client, plain_answers, prompt):
     assert answer.choices[0].finish_reason == ("length" if tokens == TOKENS else "stop")
 
 
+def test_a_repeated_prompt_is_answered_from_the_cache_the_same(client, plain_answers):
+    prompt = PROMPTS[1]
+    answers = [ask(client, prompt) for _ in range(2)]
+    assert [answer.choices[0].message.content for answer in answers] == [plain_answers[prompt][0]] * 2
+    assert answers[1].usage.prompt_tokens_details.cached_tokens == answers[1].usage.prompt_tokens - 1
+
+
 def test_a_stream_sends_the_same_text_then_the_usage(client, plain_answers):
     prompt = PROMPTS[0]
     chunks = list(ask(client, prompt, stream=True, stream_options={"include_usage": True}))
