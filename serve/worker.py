@@ -113,7 +113,6 @@ class Worker:
             self.seconds += time.perf_counter() - start
         except Exception as error:  # a bug must not end the server: the client gets a 500 body
             job.emit(Failed(f"{type(error).__name__}: {error}"))
-            self.runner.plain.target.reset()  # the next request keeps nothing a failed one left in the cache
         finally:
             self.busy = False
             self.metrics.active.set(0)
@@ -129,7 +128,11 @@ class Worker:
             return text.stopped or job.cancelled.is_set()
 
         start = time.perf_counter()
-        result = engine.generate(job.prompt_ids, job.max_tokens, job.sampling, on_commit, keep_cache=True)
+        try:
+            result = engine.generate(job.prompt_ids, job.max_tokens, job.sampling, on_commit, keep_cache=True)
+        except Exception:
+            engine.target.reset()  # the next request keeps nothing a failed one left in the cache
+            raise
         tail = text.finish()
         if tail:
             job.emit(Delta(tail))
