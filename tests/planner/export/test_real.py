@@ -68,6 +68,8 @@ def test_llama_cpp_python_runs_the_exported_ngram_numbers():
     flags = dict(zip(words[1::2], words[2::2]))
     drafter = LlamaPromptLookupDecoding(max_ngram_size=int(flags["--spec-ngram-simple-size-n"]),
                                         num_pred_tokens=int(flags["--spec-ngram-simple-size-m"]))
-    llm = llama_cpp.Llama(model_path=flags["-m"], n_ctx=512, n_threads=1, draft_model=drafter, verbose=False)
+    from specplan.runtime.llama_cpp_session import high_level_llama  # repacking off on an AMX CPU (docs/backends.md)
+
+    llm = high_level_llama(model_path=flags["-m"], n_ctx=512, n_threads=1, draft_model=drafter, verbose=False)
     output = llm("Write a haiku about caches.", max_tokens=8, temperature=0.0)
     assert output["choices"][0]["text"]
