@@ -61,11 +61,13 @@ def transformers_decode(model):
 
 def llama_cpp_decode(path: Path, threads: int):
     try:
-        from llama_cpp import Llama
+        import llama_cpp  # noqa: F401  (installed?)
     except ImportError:
         raise SystemExit("llama-cpp-python is not installed; run `.venv/bin/pip install llama-cpp-python` "
                          "(it builds llama.cpp from source, a few minutes)") from None
-    llm = Llama(model_path=str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
+    from specplan.runtime.llama_cpp_session import high_level_llama  # repacking off on an AMX CPU
+
+    llm = high_level_llama(model_path=str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
 
     def run(prompt_ids: list[int], max_new_tokens: int, stop: set[int]) -> tuple[list[int], float, float]:
         tokens: list[int] = []
