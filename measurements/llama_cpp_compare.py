@@ -60,11 +60,11 @@ def transformers_decode(model):
 
 
 def llama_cpp_decode(path: Path, threads: int):
-    try:
-        import llama_cpp  # noqa: F401  (installed?)
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
         raise SystemExit("llama-cpp-python is not installed; run `.venv/bin/pip install llama-cpp-python` "
-                         "(it builds llama.cpp from source, a few minutes)") from None
+                         "(it builds llama.cpp from source, a few minutes)")
     from specplan.runtime.llama_cpp_session import high_level_llama  # repacking off on an AMX CPU
 
     llm = high_level_llama(model_path=str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
