@@ -258,6 +258,11 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
                              guard=guard, verify_ms=verify_ms, **stage_shape_arguments(top))
 
 
+def sequence_drafter(engine: SpeculativeEngine):
+    """The drafter of ``engine``'s sequence stage, or None (plain decoding, or a tree stage)."""
+    return engine.drafter if engine.tree is None and engine.gamma > 0 else None
+
+
 def prediction_lengths(engine: SpeculativeEngine) -> tuple[int, int]:
     """``(first, min_match)`` of a prediction drafted over ``engine``'s plan (docs/planner-math.md
     section 12.6): a lookup plan says what a copy needs on this machine, its gamma the chain the
@@ -265,7 +270,7 @@ def prediction_lengths(engine: SpeculativeEngine) -> tuple[int, int]:
     drafted from; other plans give the drafter's defaults."""
     from specplan.runtime.drafters.prediction import FIRST_CHAIN, MIN_MATCH
 
-    drafter = engine.drafter if engine.tree is None and engine.gamma > 0 else None
+    drafter = sequence_drafter(engine)
     if drafter is None or drafter.sessions():
         return FIRST_CHAIN, MIN_MATCH
     return max(FIRST_CHAIN, engine.gamma), max(MIN_MATCH, getattr(drafter, "min_ngram", 0))
@@ -282,7 +287,7 @@ def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], pr
     cost carries over (runtime/fallback.py)."""
     from specplan.runtime.drafters.prediction import PredictionDrafter
 
-    plan_drafter = engine.drafter if engine.tree is None and engine.gamma > 0 else None
+    plan_drafter = sequence_drafter(engine)
     first, min_match = prediction_lengths(engine)
     drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, engine.gamma if plan_drafter else 0,
                                 first=first, min_match=min_match)

@@ -144,4 +144,3 @@ class Worker:
         return Finished(reason, len(job.prompt_ids), len(result.token_ids),
                         drafter.accepted if drafter else 0, drafter.rejected if drafter else 0,
                         time.perf_counter() - start, getattr(result, "cached_tokens", 0))
-

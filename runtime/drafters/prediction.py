@@ -64,6 +64,7 @@ class PredictionDrafter(Drafter):
         self.first = first
         self.longest = max(first, longest)
         self.min_match = min_match
+        self.max_match = max(MAX_MATCH, min_match)
         self.starts: dict[tuple[int, ...], list[int]] = defaultdict(list)  # min_match-gram -> where it starts
         for start in range(len(self.prediction) - min_match + 1):
             self.starts[tuple(self.prediction[start:start + min_match])].append(start)
@@ -128,7 +129,7 @@ class PredictionDrafter(Drafter):
         for start in self.starts.get(tuple(committed[-self.min_match:]), ()):
             end = start + self.min_match
             length = self.min_match
-            while length < max(MAX_MATCH, self.min_match) and length < len(committed) and end - length - 1 >= 0 \
+            while length < self.max_match and length < len(committed) and end - length - 1 >= 0 \
                     and committed[-length - 1] == self.prediction[end - length - 1]:
                 length += 1
             key = (length, end >= self.anchor, -abs(end - self.anchor))
