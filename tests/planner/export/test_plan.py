@@ -180,6 +180,12 @@ def test_sglang_ngram_states_the_shared_trie_and_the_cpu_device():
     assert "window" not in ngram.config and ngram.stage is not None
 
 
+def test_vllm_on_a_cpu_says_how_its_cpu_build_starts_and_binds_every_core():
+    result = export_plan(tree_profile(), "vllm")  # a cpu profile
+    assert any("vllm.entrypoints.openai.api_server" in note and "VLLM_CPU_OMP_THREADS_BIND" in note
+               for note in result.notes)
+
+
 def test_transformers_passes_a_loaded_assistant_model_not_a_name():
     result = export_plan(tree_profile(), "transformers")
     assert result.stage is not None and parse_drafter_spec(_drafter_source(result)).kind == "model"
