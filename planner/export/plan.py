@@ -23,12 +23,14 @@ import math
 import warnings
 from dataclasses import dataclass, replace
 
+from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import PlanError
 from specplan.core.plan import Stage
 from specplan.core.profile import Profile
 
 from .commands import render
-from .engines import ARTIFACT_GAP, ENGINES, EngineSupport, sglang_candidates, sglang_fits, tree_numbers
+from .engines import (ARTIFACT_GAP, ENGINES, STAND_IN_MARGIN, EngineSupport, sglang_candidates, sglang_fits,
+                      tree_numbers)
 from .models import ModelNames
 from .notes import ENGINE_MEASURED, engine_notes
 from ..options import PlanOptions
@@ -71,8 +73,7 @@ def restrict_profile(profile: Profile, engine: EngineSupport,
     """
     target = profile.target.id
     excluded, unwritable, kept = [], [], {target}
-    for drafter, source in [(m.id, m.source) for m in profile.models if m.id != target] + \
-            [(r.id, r.source) for r in profile.retrieval]:
+    for drafter, source in _drafter_sources(profile):
         verdict = engine.judge(source, names)
         if verdict.runs:
             kept.add(drafter)
@@ -125,6 +126,37 @@ def _sglang_bounded(profile: Profile, options: PlanOptions, result: PlanResult,
                     f"{sglang_candidates(steps, topk)}, so it was re-solved within the bound: {cost:+.1%} ms/token",)
 
 
+def _exact_unless_clearly_better(profile: Profile, engine: EngineSupport, options: PlanOptions, result: PlanResult,
+                                 excluded: tuple[str, ...], where: dict[str, str]) -> tuple[PlanResult, tuple[str, ...]]:
+    """Keep a stand-in drafter (run by a different method of the engine's, e.g. a cache drafter as vLLM's
+    suffix decoding) only when it predicts STAND_IN_MARGIN fewer ms/token than the best drafter the engine
+    runs as measured: its acceptance under the engine's method was never measured."""
+    stage = _last_stage(result)
+    if stage is None or parse_drafter_spec(_source(profile, stage.drafter)).kind not in engine.stand_ins:
+        return result, excluded
+    stand_ins = {drafter for drafter, source in _drafter_sources(profile)
+                 if parse_drafter_spec(source).kind in engine.stand_ins}
+    exact = _solve_quietly(_without(profile, stand_ins), options, **where)
+    if result.plan.predicted.ms_per_token < (1.0 - STAND_IN_MARGIN) * exact.plan.predicted.ms_per_token:
+        return result, excluded
+    return exact, excluded + tuple(f"{drafter}: {engine.name} would run it only through a different method (a stand-in), "
+                                   f"which predicts under {STAND_IN_MARGIN:.0%} fewer ms/token than the best drafter "
+                                   f"{engine.name} runs as measured" for drafter in sorted(stand_ins))
+
+
+def _drafter_sources(profile: Profile) -> list[tuple[str, str]]:
+    """(drafter id, SPEC) of every drafter of the profile."""
+    target = profile.target.id
+    return [(m.id, m.source) for m in profile.models if m.id != target] + [(r.id, r.source) for r in profile.retrieval]
+
+
+def _without(profile: Profile, drafters: set[str]) -> Profile:
+    """``profile`` without ``drafters`` (and their acceptance)."""
+    return replace(profile, models=tuple(m for m in profile.models if m.id not in drafters),
+                   retrieval=tuple(r for r in profile.retrieval if r.id not in drafters),
+                   acceptance=tuple(a for a in profile.acceptance if a.drafter not in drafters))
+
+
 def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None = None, *,
                 profile_path: str = "", profile_sha256: str = "", names: ModelNames | None = None,
                 unrestricted: PlanResult | None = None) -> ExportResult:
@@ -162,6 +194,8 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     engine_options = replace(options, shapes=tuple(s for s in options.shapes if s in engine.shapes) or ("sequence",),
                              max_stages=min(1, options.max_stages))
     restricted = _solve_quietly(restricted_profile, engine_options, **where)
+    restricted, excluded = _exact_unless_clearly_better(restricted_profile, engine, engine_options, restricted,
+                                                        excluded, where)
     limits: tuple[str, ...] = ()
     if engine.name == "sglang":
         restricted, limits = _sglang_bounded(restricted_profile, engine_options, restricted, where)

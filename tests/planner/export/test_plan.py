@@ -180,6 +180,35 @@ def test_sglang_ngram_states_the_shared_trie_and_the_cpu_device():
     assert "window" not in ngram.config and ngram.stage is not None
 
 
+def cache_profile(cache_accept: float = 0.8) -> Profile:
+    """A cache drafter (earlier outputs) that accepts far more than prompt lookup does (by default)."""
+    models = (ModelEntry("target", "default", "fp", dtype="bfloat16", role="target", latency=(flat(20.0, 0.5),)),)
+    acceptance = (AcceptanceEntry("cache", "target", 0.0, cache_accept, 8, rank_accept=(cache_accept,)),
+                  AcceptanceEntry("ngram-3", "target", 0.0, 0.4, 8, rank_accept=(0.4,)))
+    retrieval = (RetrievalEntry("cache", "cache", 0.05), RetrievalEntry("ngram-3", "ngram:3", 0.05))
+    return Profile(DeviceInfo("cpu", "test cpu", "cpu"), models, acceptance, retrieval)
+
+
+def test_a_cache_drafter_exports_to_vllm_suffix_decoding_with_its_cap_and_a_note():
+    result = export_plan(cache_profile(), "vllm")
+    assert result.stage is not None and result.stage.drafter == "cache"
+    words = shlex.split(result.config)
+    config = json.loads(words[words.index("--speculative-config") + 1])
+    assert config == {"method": "suffix", "num_speculative_tokens": result.stage.shape.gamma}
+    assert any("suffix decoding" in note and "arctic-inference" in note for note in result.notes)
+    check_config("vllm", result.config)
+    assert "cache" in " ".join(export_plan(cache_profile(), "sglang").excluded)  # SGLang has no such method
+
+
+def test_a_stand_in_method_must_clearly_beat_the_drafters_the_engine_runs_as_measured():
+    marginal = export_plan(cache_profile(cache_accept=0.41), "vllm")
+    assert marginal.stage is not None and marginal.stage.drafter == "ngram-3"
+    assert any(line.startswith("cache: vllm would run it only through a different method") for line in marginal.excluded)
+    exact = solve_plan(replace(cache_profile(0.41), retrieval=cache_profile().retrieval[1:]), PlanOptions(
+        shapes=("sequence",), max_stages=1))
+    assert marginal.restricted.plan.predicted.ms_per_token == pytest.approx(exact.plan.predicted.ms_per_token)
+
+
 def test_vllm_on_a_cpu_says_how_its_cpu_build_starts_and_binds_every_core():
     result = export_plan(tree_profile(), "vllm")  # a cpu profile
     assert any("vllm.entrypoints.openai.api_server" in note and "VLLM_CPU_OMP_THREADS_BIND" in note
