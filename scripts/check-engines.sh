@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start the serving engines with specplan's exports on this CPU: install vLLM's CPU build and SGLang
 # (pinned) into throwaway environments at $SPECPLAN_CACHE/engines/{vllm,sglang} (default cache:
-# ~/.cache/specplan), regenerate their recorded interfaces from their own code (tests/data/engines/),
+# ~/.cache/specplan), regenerate their recorded interfaces from their own code (tests/data/engines/; also
+# llama-server's, from the --help of the binary scripts/build-llama-server.sh built),
 # check every stored profile's exports with their own config code and serve the vLLM runs named in RUNS
 # (measurements/engine_check.py).
 #
@@ -48,6 +49,9 @@ if ! "$SGLANG/bin/python" -c "import sglang.srt.server_args" >/dev/null 2>&1; th
 fi
 "$VENV/bin/python" measurements/engine_interfaces.py record vllm >/dev/null 2>&1
 "$SGLANG/bin/python" measurements/engine_interfaces.py record sglang >/dev/null 2>&1
+if [ -x "$CACHE/bin/llama-server" ]; then  # scripts/build-llama-server.sh
+    .venv/bin/python measurements/engine_interfaces.py record llama.cpp --binary "$CACHE/bin/llama-server" >/dev/null
+fi
 git status --short tests/data/engines/
 .venv/bin/python measurements/engine_check.py --vllm-python "$VENV/bin/python" \
     --sglang-python "$SGLANG/bin/python" --runs "${RUNS:-}" \

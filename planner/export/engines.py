@@ -24,7 +24,8 @@ hold every exported name to them are in ``tests/data/engines/``:
   ``num_assistant_tokens`` is read from the assistant's own ``generation_config``
   (``candidate_generator.py``; for early exit the assistant is the target itself); assisted
   generation refuses a batch larger than one (``generation/utils.py``).
-- llama.cpp (ggml-org/llama.cpp @ 0017d6fb63f9, ``common/arg.cpp``): ``llama-server -m``,
+- llama.cpp (``llama-server --help`` of the binary scripts/build-llama-server.sh builds, commit
+  0c1e570, from llama-cpp-python 0.3.36's llama.cpp): ``llama-server -m``,
   ``--spec-type`` (``draft-simple``, ``ngram-simple``, ...), ``--spec-draft-model`` (a GGUF
   file), ``--spec-draft-n-max`` / ``-n-min`` / ``-p-min``, ``--spec-ngram-simple-size-n`` / ``-m``.
 """

@@ -80,7 +80,7 @@ def test_each_record_names_its_repository_and_full_commit_or_its_package_version
      {"algorithm": {"LOOKAHEAD"}}),
     ("vllm", "vllm serve m --speculative-config '{\"method\": \"ngram\", \"ngram_window\": 3}'",
      {"field": {"ngram_window"}}),
-    ("llama.cpp", "llama-server -m t.gguf --draft-max 4", {"flag": {"--draft-max"}}),
+    ("llama.cpp", "llama-server -m t.gguf --spec-draft-max 4", {"flag": {"--spec-draft-max"}}),
 ])
 def test_a_name_missing_from_the_record_is_reported(engine, command, unknown):
     assert unknown_names(engine, command) == unknown
