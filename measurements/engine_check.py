@@ -97,7 +97,7 @@ def check_configs(python: Path, engine: str, cases: list[dict]) -> dict[str, dic
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump([{key: case[key] for key in fields} for case in cases], handle)
     done = subprocess.run([str(python), str(ROOT / "measurements/engine_interfaces.py"), "check", engine,
-                           handle.name], capture_output=True, text=True, timeout=1800, env=vllm_environment())
+                           handle.name], capture_output=True, text=True, timeout=1800, env=engine_environment())
     os.unlink(handle.name)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
@@ -117,9 +117,9 @@ def sglang_table(cases: list[dict], checks: dict[str, dict]) -> list[str]:
     return lines
 
 
-def vllm_environment(threads: int = 2) -> dict[str, str]:
-    """No hub, no usage reports, a 4 GiB KV cache, compute on cores 0..threads-1 with none reserved (by
-    default vLLM keeps one core of two for its front end and computes on the other)."""
+def engine_environment(threads: int = 2) -> dict[str, str]:
+    """For the engines' processes: no hub, no usage reports; for vLLM a 4 GiB KV cache and compute on cores
+    0..threads-1 with none reserved (by default it keeps one core of two for its front end)."""
     return dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
                 VLLM_CPU_KVCACHE_SPACE="4", TOKENIZERS_PARALLELISM="false",
                 VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}", VLLM_CPU_NUM_OF_RESERVED_CPU="0")
@@ -135,7 +135,7 @@ class VllmServer:
                    "--max-model-len", "4096"]
         if case["speculative_config"]:
             command += ["--speculative-config", json.dumps(case["speculative_config"])]
-        environment = vllm_environment(threads)
+        environment = engine_environment(threads)
         iomp = Path(vllm_python).parents[1] / "lib" / "libiomp5.so"
         if iomp.is_file():
             environment["LD_PRELOAD"] = str(iomp)
