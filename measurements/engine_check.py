@@ -56,6 +56,12 @@ METRIC = re.compile(r"^(vllm:spec_decode_num_(?:drafts|draft_tokens|accepted_tok
 START_TIMEOUT_S = 900
 
 
+def local_model(name: str) -> str:
+    """The local folder for a model an export names by its Hugging Face id (the GGUF specplan converts)."""
+    hub_sources = {hub: source for source, hub in HUB_IDS.items()}
+    return resolve_model_dir(hub_sources.get(name, name))
+
+
 def export_case(path: Path) -> dict | None:
     """The vLLM export of one stored profile with local model folders; None when it cannot be exported."""
     profile = load_profile(path)
@@ -66,9 +72,8 @@ def export_case(path: Path) -> dict | None:
         pasted = export_stored(path, "vllm")
     words = pasted.config.split("--speculative-config", 1)
     config = json.loads(words[1].strip().strip("'")) if len(words) == 2 else None
-    hub_sources = {hub: source for source, hub in HUB_IDS.items()}
     if config and "model" in config:
-        config["model"] = resolve_model_dir(hub_sources.get(config["model"], config["model"]))
+        config["model"] = local_model(config["model"])
     plan = pasted.result.restricted.plan
     return {"key": path.parent.name, "command": pasted.config, "model": resolve_model_dir(profile.target.source),
             "speculative_config": config, "workload": profile.calibration["prompts"].split(":")[0],
@@ -83,11 +88,10 @@ def sglang_case(path: Path) -> dict | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         words = shlex.split(export_stored(path, "sglang").config)[3:]
-    hub_sources = {hub: source for source, hub in HUB_IDS.items()}
     for flag in ("--model-path", "--speculative-draft-model-path"):
         if flag in words:
             index = words.index(flag) + 1
-            words[index] = resolve_model_dir(hub_sources.get(words[index], words[index]))
+            words[index] = local_model(words[index])
     return {"key": path.parent.name, "argv": words}
 
 

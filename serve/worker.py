@@ -143,4 +143,4 @@ class Worker:
         reason = "length" if result.stop_reason == "max_new_tokens" and not text.stopped else "stop"
         return Finished(reason, len(job.prompt_ids), len(result.token_ids),
                         drafter.accepted if drafter else 0, drafter.rejected if drafter else 0,
-                        time.perf_counter() - start, getattr(result, "cached_tokens", 0))
+                        time.perf_counter() - start, result.cached_tokens)

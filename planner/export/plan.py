@@ -79,13 +79,7 @@ def restrict_profile(profile: Profile, engine: EngineSupport,
             kept.add(drafter)
         else:
             (unwritable if verdict.gap == ARTIFACT_GAP else excluded).append(f"{drafter} ({source}): {verdict.reason}")
-    restricted = replace(
-        profile,
-        models=tuple(m for m in profile.models if m.id in kept),
-        retrieval=tuple(r for r in profile.retrieval if r.id in kept),
-        acceptance=tuple(a for a in profile.acceptance if a.drafter in kept and a.verifier == target),
-    )
-    return restricted, tuple(excluded), tuple(unwritable)
+    return keep_drafters(profile, kept), tuple(excluded), tuple(unwritable)
 
 
 def _solve_quietly(profile: Profile, options: PlanOptions, **where: str) -> PlanResult:
@@ -134,9 +128,10 @@ def _exact_unless_clearly_better(profile: Profile, engine: EngineSupport, option
     stage = _last_stage(result)
     if stage is None or parse_drafter_spec(_source(profile, stage.drafter)).kind not in engine.stand_ins:
         return result, excluded
-    stand_ins = {drafter for drafter, source in _drafter_sources(profile)
-                 if parse_drafter_spec(source).kind in engine.stand_ins}
-    exact = _solve_quietly(_without(profile, stand_ins), options, **where)
+    sources = _drafter_sources(profile)
+    stand_ins = {drafter for drafter, source in sources if parse_drafter_spec(source).kind in engine.stand_ins}
+    kept = {profile.target.id} | {drafter for drafter, _ in sources if drafter not in stand_ins}
+    exact = _solve_quietly(keep_drafters(profile, kept), options, **where)
     if result.plan.predicted.ms_per_token < (1.0 - STAND_IN_MARGIN) * exact.plan.predicted.ms_per_token:
         return result, excluded
     return exact, excluded + tuple(f"{drafter}: {engine.name} would run it only through a different method (a stand-in), "
@@ -150,11 +145,13 @@ def _drafter_sources(profile: Profile) -> list[tuple[str, str]]:
     return [(m.id, m.source) for m in profile.models if m.id != target] + [(r.id, r.source) for r in profile.retrieval]
 
 
-def _without(profile: Profile, drafters: set[str]) -> Profile:
-    """``profile`` without ``drafters`` (and their acceptance)."""
-    return replace(profile, models=tuple(m for m in profile.models if m.id not in drafters),
-                   retrieval=tuple(r for r in profile.retrieval if r.id not in drafters),
-                   acceptance=tuple(a for a in profile.acceptance if a.drafter not in drafters))
+def keep_drafters(profile: Profile, kept: set[str]) -> Profile:
+    """``profile`` with only the models and drafters in ``kept`` (the target among them) and their
+    acceptance by the target."""
+    target = profile.target.id
+    return replace(profile, models=tuple(m for m in profile.models if m.id in kept),
+                   retrieval=tuple(r for r in profile.retrieval if r.id in kept),
+                   acceptance=tuple(a for a in profile.acceptance if a.drafter in kept and a.verifier == target))
 
 
 def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None = None, *,

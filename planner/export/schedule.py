@@ -25,7 +25,7 @@ from specplan.core.plan import Plan, Prediction, Stage
 from specplan.core.profile import Profile
 
 from ..batch import batch_view, scheduled_batches
-from .plan import _solve_quietly, export_plan
+from .plan import _solve_quietly, export_plan, keep_drafters
 from .models import ModelNames
 from ..options import PlanOptions
 from ..simulate import closed_form, plan_stages
@@ -70,14 +70,6 @@ class ScheduleExport:
             lines.append(f"  batch {row.batch}: {setting}, {row.engine_ms:.3f} ms/token per sequence; "
                          f"loss {row.loss:+.1%} vs the schedule, {row.fixed_loss:+.1%} vs the engine's best at this batch")
         return lines
-
-
-def _with_only(profile: Profile, drafter: str) -> Profile:
-    """``profile`` with the target and ``drafter`` only (its acceptance by the target)."""
-    target = profile.target.id
-    return replace(profile, models=tuple(m for m in profile.models if m.id in (target, drafter)),
-                   retrieval=tuple(r for r in profile.retrieval if r.id == drafter),
-                   acceptance=tuple(a for a in profile.acceptance if a.drafter == drafter and a.verifier == target))
 
 
 def _stage_ms(stage: Stage | None, view: Profile, plain_ms: float, temperature: float) -> float:
@@ -125,7 +117,7 @@ def export_schedule(profile: Profile, engine_name: str, options: PlanOptions | N
         plain_ms = next(c.ms_per_token for c in result.unrestricted.candidates if not c.stages)
         if per_batch:
             chain_options = replace(options, shapes=("sequence",), max_stages=min(1, options.max_stages))
-            own = _solve_quietly(_with_only(view, drafter), chain_options)
+            own = _solve_quietly(keep_drafters(view, {view.target.id, drafter}), chain_options)
             stage = own.plan.stages[-1] if own.plan.stages else None
             engine_ms = own.plan.predicted.ms_per_token
         else:
