@@ -22,10 +22,12 @@ import torch
 import transformers
 from tqdm import tqdm
 
+from specplan.core.contract import check_comparable
 from specplan.core.errors import SpecplanError
 from specplan.planner.latency import interpolate, nearest_curve
 from specplan.core.prompts import Prompt
 from specplan.runtime import build
+from specplan.runtime.runner import wide_verify_width
 from specplan.runtime.compile.warmup import compile_buckets
 from specplan.planner.horizon import plan_horizon
 from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
@@ -59,6 +61,7 @@ class BenchSettings:
     grid_min_speedup: float = 0.5
     warmup_tokens: int = 8
     assistant: str | None = None  # profile id of a drafter network for hf-assisted when the plan has none
+    also: tuple = ()  # (name, Plan, Profile): other plans of the same target, interleaved as ``plan:NAME``
 
 
 
@@ -72,6 +75,7 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
     if "plan-no-fallback" in settings.baselines:
         methods += _unguarded(runner, sampling, notes)
+    methods += other_plans(runner, settings.also, sampling)
     if runner.backend == "llama.cpp":
         return methods + llama_cpp_backend_peers(runner, settings, sampling, notes)
     if "plain-runtime" in settings.baselines:
@@ -93,6 +97,22 @@ def _unguarded(runner, sampling: SamplingConfig, notes: list[str]) -> list[Metho
     engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
                                 fallback=False)
     return [EngineMethod("plan-no-fallback", "plan", engine, sampling, runner.plan.summary() + ", every round")]
+
+
+def other_plans(runner, also: Sequence[tuple], sampling: SamplingConfig) -> list[Method]:
+    """``bench --also NAME=PLAN``: each other plan of the same target (one calibrated on another
+    workload, say) as the method ``plan:NAME``, in the same interleaved run, each on its own target
+    session (its own wide copy) and with its own fallback guard; its profile's backend, numerics and
+    weights must be the run's."""
+    methods: list[Method] = []
+    for name, plan, profile in also:
+        check_comparable(name, profile, runner.profile)
+        target = runner.target
+        if runner.backend == "llama.cpp":
+            target = replace(target, wide_from=wide_verify_width(plan, profile))
+        engine = build.build_engine(plan, profile, target, runner.device, runner.runtime)
+        methods.append(EngineMethod(f"plan:{name}", "plan", engine, sampling, plan.summary()))
+    return methods
 
 
 def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
@@ -284,7 +304,8 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     reference = "plain" if "plain" in names else "plain-runtime"
     curve = nearest_curve(profile.target, None)
     latency = (lambda n: interpolate(curve, n).ms) if curve is not None else (lambda n: float("nan"))
-    predicted = {"plan": plan.predicted.tokens_per_s}
+    predicted = {"plan": plan.predicted.tokens_per_s,
+                 **{f"plan:{name}": other.predicted.tokens_per_s for name, other, _ in settings.also}}
     if curve is not None:
         predicted["plain-runtime"] = 1000.0 / latency(1)
     _compile_first(runner, encoded[0][1], notes)

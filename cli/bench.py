@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from specplan.cli.options import NEW_TOKENS, PROMPTS, THREADS, add_runtime_option, chosen_runtime, number
-from specplan.core.contract import load_plan_and_profile
+from specplan.core.contract import check_comparable, load_plan_and_profile
 from specplan.core.errors import SpecplanError
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.core.outputs import check_output_folder
@@ -28,6 +28,9 @@ def add_parser(commands) -> None:
                              "(plain is always run; llama.cpp needs the llamacpp extra); with a plan on the llama.cpp "
                              "backend also llama-server, llama-server-draft[:N], llama-server-ngram, llama-server-ngram-map-k, "
                              "-ngram-map-k4v, -ngram-mod, -ngram-cache (llama.cpp's own server: scripts/build-llama-server.sh)")
+    parser.add_argument("--also", action="append", default=None, metavar="NAME=PLAN",
+                        help="another plan of the same target, interleaved in the same run as the method plan:NAME "
+                             "(e.g. a plan calibrated on another workload; repeatable)")
     parser.add_argument("--assistant", default=None, metavar="ID",
                         help="profile drafter network for hf-assisted when the plan has none (e.g. layerskip-20)")
     parser.add_argument("--grid-gammas", default="2-8", help="draft lengths of the grid: a range 2-8 or a list 2,4,8")
@@ -55,8 +58,9 @@ def add_parser(commands) -> None:
                         help="the plan's rows play the plan every round (default: plain decoding plays the rounds "
                              "where speculation is measured not to pay, as `specplan run` does)")
     parser.add_argument("--threads", type=THREADS, default=None,
-                        help="with --engine: CPU threads (llama.cpp's, default every core, 1 on a shared machine; "
-                             "torch's for transformers, default torch's own)")
+                        help="CPU threads: llama.cpp's for a llama.cpp plan, its plain decoding and llama-server, "
+                             "or with --engine (default every core, as llama-server; 1 on a shared machine); torch's "
+                             "for a torch plan or transformers (default torch's own)")
     add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="bench")
 
@@ -112,6 +116,21 @@ def _assistant(profile, name: str | None) -> str | None:
                         f"{', '.join(networks) or 'none (profile with --drafter layerskip:K or model:MODEL)'}")
 
 
+def _also(items: list[str] | None, reference) -> tuple:
+    """``--also NAME=PLAN`` items: (name, plan, profile) each, read before any model loads."""
+    also, names = [], set()
+    for item in items or ():
+        name, _, path = item.partition("=")
+        if not name or not path or not name.replace("-", "").replace("_", "").isalnum() or name in names:
+            raise SpecplanError(f"--also {item!r}: give NAME=PLAN with a new name of letters, digits, - or _ "
+                                "(e.g. --also edit=plans/edit/plan.yaml)")
+        plan, profile, _ = load_plan_and_profile(path)
+        check_comparable(name, profile, reference)
+        also.append((name, plan, profile))
+        names.add(name)
+    return tuple(also)
+
+
 def _command_line(args) -> str:
     """The command, rebuilt from the parsed arguments (every setting explicit), for the report."""
     parts = ["specplan", "bench", args.plan]
@@ -124,9 +143,13 @@ def _command_line(args) -> str:
         parts += ["--grid-gammas", args.grid_gammas]
         parts += ["--grid-budgets", args.grid_budgets]
         parts += ["--grid-limit", args.grid_limit, "--grid-min-speedup", args.grid_min_speedup]
+    for item in args.also or ():
+        parts += ["--also", item]
     for flag, value in (("--assistant", args.assistant), ("--report", args.report)):
         if value:
             parts += [flag, value]
+    if args.threads:
+        parts += ["--threads", args.threads]
     parts += [flag for flag, on in (("--no-plots", args.no_plots), ("--force", args.force)) if on]
     return " ".join(shlex.quote(str(part)) for part in parts)
 
@@ -135,6 +158,8 @@ def command(args) -> int:
 
     if args.at_profile_context and args.batch is None:
         raise SpecplanError("--at-profile-context goes with --batch B,B,...; add --batch or drop it")
+    if args.also and (args.engine is not None or args.batch is not None):
+        raise SpecplanError("--also interleaves plans in the plan's own runtime; drop it with --engine or --batch")
     if args.engine is not None:
         from specplan.cli.bench_engine import bench_engine
 
@@ -148,6 +173,7 @@ def command(args) -> int:
     budgets = _budgets(args.grid_budgets)
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     assistant = _assistant(profile, args.assistant)
+    also = _also(args.also, profile)
     prompts = read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation")
     source = str(args.prompts) if args.prompts else {"spec-bench": "Spec-Bench evaluation split"}.get(
         args.workload, f"{args.workload} evaluation split")
@@ -171,9 +197,13 @@ def command(args) -> int:
     quiet_transformers()
     settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
                              grid_budgets=budgets, grid_limit=args.grid_limit,
-                             grid_min_speedup=args.grid_min_speedup, assistant=assistant)
+                             grid_min_speedup=args.grid_min_speedup, assistant=assistant, also=also)
+    if args.threads and profile.backend != "llama.cpp":
+        import torch
+
+        torch.set_num_threads(args.threads)
     runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args),
-                             fallback=not args.no_fallback)
+                             threads=args.threads or 0, fallback=not args.no_fallback)
     for prompt in prompts:  # every prompt fits the context before the long run starts
         runner.check_prompt(prompt, args.max_new_tokens)
     command = _command_line(args)

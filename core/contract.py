@@ -63,3 +63,14 @@ def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
         raise PlanError(f"plan's target {plan.target!r} is not the profile's target {profile.target.id!r}; re-run `specplan plan`")
     return plan, profile, profile_path
 
+
+def check_comparable(name: str, profile, reference) -> None:
+    """SpecplanError unless the plan ``name``'s profile runs on the backend, numerics and target
+    weights of ``reference`` (the bench's plan's profile): the interleaved rows compare plans, not engines."""
+    if (profile.backend, profile.exact) != (reference.backend, reference.exact):
+        raise PlanError(f"--also {name}: its profile runs on {profile.backend} with exact numerics "
+                            f"{profile.exact}, the bench's plan on {reference.backend} with {reference.exact}; "
+                            "compare plans of one backend and numerics")
+    if profile.target.fingerprint != reference.target.fingerprint:
+        raise PlanError(f"--also {name}: its target's weights differ from the bench's plan's; compare plans of "
+                            "one target")

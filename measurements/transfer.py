@@ -1,15 +1,16 @@
 """The transfer matrix: plans calibrated on one workload, each evaluated on every workload.
 
-For each ``--plan NAME=PLAN.yaml`` and each evaluation workload, one interleaved ``specplan bench``
-run (its report under ``--out/NAME-on-WORKLOAD``, reused when already there), then one table: the
-plan's decode rate against the reference method's (llama-server plain where it ran, else our plain
-decoding), pooled over the prompts, with its 95% interval over prompts (resampled in pairs,
-bench/metrics.py ``spread_of_sums``); the same for the plan without its fallback guard
-(``plan-no-fallback``); predicted / measured decode rate of the plan.
+For each evaluation workload, one interleaved ``specplan bench`` run of every plan (the first as
+``plan``, the others through ``--also NAME=PLAN`` as ``plan:NAME``) beside the baselines (its report
+under ``--out/on-WORKLOAD``, reused when already there), then one table: each plan's decode rate
+against the reference method's (llama-server plain where it ran, else our plain decoding), pooled
+over the prompts, with its 95% interval over prompts (resampled in pairs, bench/metrics.py
+``spread_of_sums``); the first plan without its fallback guard (``plan-no-fallback``) where it ran;
+predicted / measured decode rate of each plan.
 
     .venv/bin/python measurements/transfer.py --plan specbench=P1.yaml --plan edit=P2.yaml \
-        [--workloads spec-bench,humaneval,humaneval-edit] [--limit 16] [--max-new-tokens 128] \
-        [--baselines plain-runtime,plan-no-fallback,llama-server] [--out /tmp/transfer]
+        [--workloads spec-bench,humaneval,humaneval-edit] [--limit 40] [--max-new-tokens 128] \
+        [--baselines plain-runtime,llama-server] [--threads N] [--out /tmp/transfer]
 """
 
 from __future__ import annotations
@@ -47,30 +48,50 @@ def ratio_with_interval(rows: list[dict], method: str, reference: str) -> tuple[
     return ratio, spread_of_sums(pairs, pooled_rate_ratio)
 
 
-def run_bench(plan: Path, workload: str, report: Path, args) -> None:
+def run_bench(plans: dict[str, str], workload: str, report: Path, args) -> None:
     if (report / "report.json").is_file():
         return
-    command = [str(Path(sys.executable).parent / "specplan"), "bench", str(plan), "--workload", workload,
+    (first, plan), *others = plans.items()
+    command = [str(Path(sys.executable).parent / "specplan"), "bench", plan, "--workload", workload,
                "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens),
                "--baselines", args.baselines, "--no-plots", "--report", str(report)]
+    for name, other in others:
+        command += ["--also", f"{name}={other}"]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
     print("+", " ".join(command), flush=True)
     subprocess.run(command, check=True)
 
 
-def cell(report: Path) -> str:
+def method_of(name: str, first: str) -> str:
+    """The bench method of the plan named ``name`` (the first plan is the bench's own ``plan``)."""
+    return "plan" if name == first else f"plan:{name}"
+
+
+def predicted_over_measured(rows: list[dict], method: str) -> float | None:
+    """The method's predicted decode rate over its pooled measured one."""
+    steps = [(row, decode_step(row)) for row in rows if row["method"] == method]
+    steps = [(row, step) for row, step in steps if step and row.get("predicted_tokens_per_s")]
+    if not steps:
+        return None
+    measured = sum(t for _, (t, _) in steps) / sum(s for _, (_, s) in steps)
+    return steps[0][0]["predicted_tokens_per_s"] / measured
+
+
+def cell(report: Path, method: str) -> str:
     data = json.loads((report / "report.json").read_text(encoding="utf-8"))
     rows, methods = data["rows"], {row["method"] for row in data["rows"]}
     reference = "llama-server" if "llama-server" in methods else "plain-runtime"
     parts = []
-    for method in ("plan", "plan-no-fallback"):
-        found = ratio_with_interval(rows, method, reference) if method in methods else None
+    for name in (method, "plan-no-fallback" if method == "plan" else None):
+        found = ratio_with_interval(rows, name, reference) if name in methods else None
         if found:
             ratio, spread = found
             interval = f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else ""
-            parts.append(f"{ratio:.2f}x{interval}" if method == "plan" else f"unguarded {ratio:.2f}x")
-    quality = data.get("plan_quality") or {}
-    if quality.get("predicted_over_measured"):
-        parts.append(f"pred/meas {quality['predicted_over_measured']:.2f}")
+            parts.append(f"{ratio:.2f}x{interval}" if name == method else f"unguarded {ratio:.2f}x")
+    ratio = predicted_over_measured(rows, method)
+    if ratio is not None:
+        parts.append(f"pred/meas {ratio:.2f}")
     return "; ".join(parts) + f" [vs {reference}]"
 
 
@@ -78,23 +99,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", action="append", required=True, metavar="NAME=PLAN")
     parser.add_argument("--workloads", default="spec-bench,humaneval,humaneval-edit")
-    parser.add_argument("--limit", type=int, default=16)
+    parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--baselines", default="plain-runtime,plan-no-fallback,llama-server")
+    parser.add_argument("--baselines", default="plain-runtime,llama-server")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default every core)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/transfer"))
     parser.add_argument("--table-only", action="store_true", help="print the table of the reports already there")
     args = parser.parse_args()
     plans = dict(item.split("=", 1) for item in args.plan)
+    first = next(iter(plans))
     workloads = args.workloads.split(",")
-    for name, plan in plans.items():
-        for workload in workloads:
-            if not args.table_only:
-                run_bench(Path(plan), workload, args.out / f"{name}-on-{workload}", args)
+    for workload in workloads:
+        if not args.table_only:
+            run_bench(plans, workload, args.out / f"on-{workload}", args)
     print(f"\n| calibrated on \\ evaluated on | {' | '.join(workloads)} |")
     print("|---|" + "---|" * len(workloads))
     for name in plans:
-        cells = [cell(args.out / f"{name}-on-{workload}") if (args.out / f"{name}-on-{workload}" / "report.json").is_file()
-                 else "-" for workload in workloads]
+        cells = [cell(args.out / f"on-{workload}", method_of(name, first))
+                 if (args.out / f"on-{workload}" / "report.json").is_file() else "-" for workload in workloads]
         print(f"| {name} | {' | '.join(cells)} |")
 
 
