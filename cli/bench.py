@@ -11,7 +11,7 @@ from specplan.core.contract import check_comparable, load_plan_and_profile
 from specplan.core.errors import SpecplanError
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.core.outputs import check_output_folder
-from specplan.core.prompts import read_prompts, stratified
+from specplan.core.prompts import MIN_HELD_OUT_FILE, held_out_split, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
 
 
@@ -19,6 +19,8 @@ def add_parser(commands) -> None:
     parser = commands.add_parser("bench", help="measure a plan against plain decoding, transformers' peers and the grid")
     parser.add_argument("plan", help="plan.yaml written by `specplan plan` or `specplan profile`")
     parser.add_argument("--prompts", help="JSONL prompts (default: the workload's evaluation split)")
+    parser.add_argument("--held-out", action="store_true",
+                        help="with --prompts: only the half of the file `specplan profile --prompts` held out of calibration")
     parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS,
                         help="evaluation prompts: Spec-Bench (default) or HumanEval's evaluation split")
     parser.add_argument("--limit", type=PROMPTS, default=26, help="prompts to use, spread over categories")
@@ -116,6 +118,25 @@ def _assistant(profile, name: str | None) -> str | None:
                         f"{', '.join(networks) or 'none (profile with --drafter layerskip:K or model:MODEL)'}")
 
 
+def bench_prompts(args) -> tuple[list, str]:
+    """The prompts to bench and where they come from: a file (or its held-out half), or a workload's evaluation split."""
+    held_out = getattr(args, "held_out", False)
+    if held_out and not args.prompts:
+        raise SpecplanError("--held-out picks the held-out half of --prompts FILE; add --prompts or drop it "
+                            "(a workload's evaluation split is already held out)")
+    if not args.prompts:
+        return workload_split(args.workload, "evaluation"), {"spec-bench": "Spec-Bench evaluation split"}.get(
+            args.workload, f"{args.workload} evaluation split")
+    prompts = read_prompts(args.prompts)
+    if not held_out:
+        return prompts, str(args.prompts)
+    held_out = held_out_split(prompts)[1]
+    if not held_out:
+        raise SpecplanError(f"{args.prompts} has {len(prompts)} prompts, too few to hold any out (at least "
+                            f"{MIN_HELD_OUT_FILE}); drop --held-out")
+    return held_out, f"{args.prompts} (held-out half)"
+
+
 def _also(items: list[str] | None, reference) -> tuple:
     """``--also NAME=PLAN`` items: (name, plan, profile) each, read before any model loads."""
     also, names = [], set()
@@ -135,7 +156,7 @@ def _command_line(args) -> str:
     """The command, rebuilt from the parsed arguments (every setting explicit), for the report."""
     parts = ["specplan", "bench", args.plan]
     if args.prompts:
-        parts += ["--prompts", args.prompts]
+        parts += ["--prompts", args.prompts] + (["--held-out"] if args.held_out else [])
     elif args.workload != "spec-bench":
         parts += ["--workload", args.workload]
     parts += ["--limit", args.limit, "--max-new-tokens", args.max_new_tokens, "--baselines", args.baselines]
@@ -174,9 +195,7 @@ def command(args) -> int:
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     assistant = _assistant(profile, args.assistant)
     also = _also(args.also, profile)
-    prompts = read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation")
-    source = str(args.prompts) if args.prompts else {"spec-bench": "Spec-Bench evaluation split"}.get(
-        args.workload, f"{args.workload} evaluation split")
+    prompts, source = bench_prompts(args)
     prompts = stratified(prompts, args.limit)
     if args.report:
         check_output_folder(args.report, flag="--report")

@@ -14,8 +14,7 @@ from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
 from specplan.core.runtime_modes import EAGER
 from specplan.core.outputs import check_output_folder
-from specplan.core.prompts import read_prompts, stratified
-from specplan.core.workloads import workload_split
+from specplan.core.prompts import stratified
 
 REPEATS = 3  # timed runs per method and batch (the median is reported)
 
@@ -23,8 +22,9 @@ REPEATS = 3  # timed runs per method and batch (the median is reported)
 def bench_batched(args) -> int:
     batches = parse_batch_sizes(args.batch, "--batch")
     plan, profile, profile_path = load_plan_and_profile(args.plan)
-    prompts = read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation")
-    prompts = stratified(prompts, args.limit)
+    from specplan.cli.bench import bench_prompts
+
+    prompts = stratified(bench_prompts(args)[0], args.limit)
     if args.report:
         check_output_folder(args.report, flag="--report")
     from specplan.bench.batched import measure_batches, report

@@ -13,8 +13,7 @@ from specplan.cli.export import model_names, profile_source
 from specplan.cli.export_drafters import planned_gguf, write_llama_cpp_drafter
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import SpecplanError
-from specplan.core.prompts import read_prompts, stratified
-from specplan.core.workloads import workload_split
+from specplan.core.prompts import stratified
 from specplan.core.yamlio import file_sha256
 from specplan.planner.export import export_plan
 from specplan.planner.options import runtime_options
@@ -45,8 +44,9 @@ def _prompt_ids(profile, prompts) -> tuple[list[list[int]], set[int]]:
 
 
 def _prompts(args) -> list:
-    return stratified(read_prompts(args.prompts) if args.prompts else workload_split(args.workload, "evaluation"),
-                      args.limit)
+    from specplan.cli.bench import bench_prompts
+
+    return stratified(bench_prompts(args)[0], args.limit)
 
 
 def _export(profile, profile_path, engine: str, names):

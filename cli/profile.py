@@ -13,7 +13,7 @@ from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_file, stored_kind
 from specplan.core.plan import load_plan
 from specplan.core.profile import save_profile
-from specplan.core.prompts import PROFILE_PROMPTS, profile_prompts, read_prompts, stratified
+from specplan.core.prompts import PROFILE_PROMPTS, held_out_split, profile_prompts, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
 
 DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
@@ -30,7 +30,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--quant", action="append", default=None, choices=["none", "nf4", "gptq"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--prompts", help="JSONL calibration prompts (default: the workload's calibration split)")
+    parser.add_argument("--prompts", help="JSONL prompts: calibrate on half of them and report the plan's predicted speed "
+                                           "on the other half (default: the workload's calibration split)")
+    parser.add_argument("--no-held-out", action="store_true",
+                        help="with --prompts: calibrate on every prompt of the file, holding none out")
     parser.add_argument("--workload", default="spec-bench", choices=WORKLOADS,
                         help="calibration prompts: Spec-Bench (default) or HumanEval's calibration split")
     parser.add_argument("--limit", type=PROMPTS, default=None, help="calibration prompts to use (default 40, --quick 13)")
@@ -192,8 +195,7 @@ def command(args) -> int:
     if args.resume and quants != ["none"]:
         raise SpecplanError("--resume applies to a 16-bit or GGUF target; a --quant profile measures its curves again")
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
-    prompts = stratified(read_prompts(args.prompts), limit) if args.prompts else (
-        profile_prompts(limit) if args.workload == "spec-bench" else stratified(workload_split(args.workload, "calibration"), limit))
+    prompts, held_out = calibration_prompts(args, limit)
 
     from specplan.models.load import load_model, quiet_transformers
     from specplan.profiler.curve_checkpoint import checkpoint_path
@@ -208,7 +210,7 @@ def command(args) -> int:
     if args.context is not None:
         settings = replace(settings, context=args.context)
     if args.prompts:
-        settings = replace(settings, prompts_label=str(args.prompts))
+        settings = replace(settings, prompts_label=str(args.prompts) + (f" ({HALF_LABEL[0]})" if held_out else ""))
     elif args.workload != "spec-bench":
         settings = replace(settings, prompts_label=f"{args.workload}:calibration")
     if args.backend == "llama.cpp":
@@ -231,6 +233,53 @@ def command(args) -> int:
         print(f"specplan: the target verifies chains of {profile.target.wide_from} tokens or more on a second, "
               "unrepacked copy of its weights, faster there on this CPU (docs/backends.md)")
     if plan_path is not None:
-        solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=None, temperature=0.0, explain=False)
+        plan = solve_and_write(profile, Path(args.output), plan_path, max_budget=64, max_depth=None, temperature=0.0,
+                               explain=False)
+        if held_out and quants == ["none"]:
+            from specplan.profiler.run import held_out_acceptance
+
+            held = held_out_acceptance(target, specs, held_out, device,
+                                       replace(settings, prompts_label=f"{args.prompts} ({HALF_LABEL[1]})"), profile)
+            print(held_out_line(plan, profile, held, args.prompts, plan_path))
+    elif held_out:
+        print(f"specplan: {len(held_out)} prompts of {args.prompts} held out; with a plan (drop --no-plan) profile "
+              "reports its predicted speed on them")
     return 0
+
+
+HALF_LABEL = ("calibration half", "held-out half")
+
+
+def calibration_prompts(args, limit: int) -> tuple[list, list]:
+    """(calibration prompts, held-out prompts): a user's file is split in two halves (core/prompts.py
+    ``held_out_split``) unless ``--no-held-out``; the workloads' own calibration splits hold none out."""
+    if not args.prompts:
+        if args.no_held_out:
+            raise SpecplanError("--no-held-out goes with --prompts FILE; drop it (the workloads' calibration splits "
+                                "are already apart from their evaluation splits)")
+        if args.workload == "spec-bench":
+            return profile_prompts(limit), []
+        return stratified(workload_split(args.workload, "calibration"), limit), []
+    rows = read_prompts(args.prompts)
+    calibration, held_out = (rows, []) if args.no_held_out else held_out_split(rows)
+    return stratified(calibration, limit), stratified(held_out, limit)
+
+
+def held_out_line(plan, profile, held, prompts_file: str, plan_path: Path) -> str:
+    """The plan's predicted speed on the held-out prompts beside the calibration half's, against the floor."""
+    from specplan.planner.recheck import recost
+
+    floor = (plan.solver.get("floor") or {}).get("ms_per_token") if isinstance(plan.solver, dict) else None
+    floor = float(floor) if floor else plan.predicted.ms_per_token * plan.predicted.speedup
+    held_ms = recost(plan, held)
+    count = held.calibration.get("count")
+    if held_ms is None:
+        what = ("plain decoding, the same on them" if not plan.stages else
+                "no closed form for a tree grown at run time; measure it")
+    else:
+        what = (f"{1000.0 / held_ms:.1f} tok/s on them, {floor / held_ms:.2f}x the floor "
+                f"({1000.0 / plan.predicted.ms_per_token:.1f} tok/s on the {profile.calibration.get('count')} it was "
+                "calibrated on)")
+    return (f"specplan: {count} prompts of {prompts_file} held out of calibration: the plan predicts {what}; "
+            f"measure it with `specplan bench {plan_path} --prompts {prompts_file} --held-out`")
 

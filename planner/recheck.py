@@ -18,16 +18,28 @@ from .simulate import closed_form, plan_stages
 TOLERANCE = 0.02
 
 
+def recost(plan: Plan, profile: Profile) -> float | None:
+    """ms per token of ``plan``'s stages on ``profile`` (the closed form, over the plan's horizon);
+    None for plain decoding and for dynamic trees (grown at run time, no closed form).
+
+    The profile may be another one of the same models: :func:`check_prediction` re-costs on the
+    plan's own, ``specplan profile --prompts`` on one whose acceptance was measured on held-out
+    prompts (what the plan meets on prompts it was not chosen on)."""
+    if not plan.stages or any(s.shape.kind == "tree" and not s.shape.parents for s in plan.stages):
+        return None
+    try:
+        return closed_form(plan_stages(plan, profile), plan_horizon(plan))
+    except (ValueError, IndexError, ZeroDivisionError) as error:
+        raise PlanError(f"the plan's stages cannot be costed on its profile ({error}); re-run `specplan plan`") from None
+
+
 def check_prediction(plan: Plan, profile: Profile) -> None:
     """PlanError (one line) when the plan's stages no longer give its recorded ms per token.
 
     Plain decoding and dynamic trees (grown at run time, no closed form) are not checked."""
-    if not plan.stages or any(s.shape.kind == "tree" and not s.shape.parents for s in plan.stages):
+    ms = recost(plan, profile)
+    if ms is None:
         return
-    try:
-        ms = closed_form(plan_stages(plan, profile), plan_horizon(plan))
-    except (ValueError, IndexError, ZeroDivisionError) as error:
-        raise PlanError(f"the plan's stages cannot be costed on its profile ({error}); re-run `specplan plan`") from None
     recorded = plan.predicted.ms_per_token
     if not abs(ms - recorded) <= TOLERANCE * recorded:
         raise PlanError(f"the plan's stages predict {ms:.2f} ms per token on its profile, but the plan records "

@@ -280,6 +280,60 @@ def _curves_once(networks, sources: dict[str, str], target: LoadedModel, device,
     return curves, batched
 
 
+def calibration_estimate(curves: dict, built, prompts: int, settings: ProfileSettings) -> str:
+    """The line printed once the curves are measured: how long the calibration's greedy decoding will
+    take, from the measured T(1) of the target and of each model drafter (each decodes every prompt
+    once when the middles are measured; the replays are one forward per prompt and left out).
+
+    >>> from types import SimpleNamespace as N
+    >>> curves = {"target": N(ms=(80.0,)), "small": N(ms=(30.0,))}
+    >>> calibration_estimate(curves, [N(model=object(), spec=N(id="small"))], 13, ProfileSettings.quick())
+    'specplan: calibration next: 13 prompts x 64 tokens of greedy decoding by the target and 1 model drafter: about 1.5 min'
+    """
+    models = [b.spec.id for b in built if b.model is not None] if settings.middles else []
+    per_token = curves["target"].ms[0] + sum(curves[name].ms[0] for name in models)
+    minutes = prompts * settings.max_new_tokens * per_token / 60000.0
+    drafters = f" and {len(models)} model drafter{'s' if len(models) > 1 else ''}" if models else ""
+    return (f"specplan: calibration next: {prompts} prompts x {settings.max_new_tokens} tokens of greedy decoding by "
+            f"the target{drafters}: about {minutes:.1f} min")
+
+
+def _acceptance_tables(built, target: LoadedModel, target_network, pairs, prompts: list[Prompt], curves: dict,
+                       device, settings: ProfileSettings) -> tuple[list, list, str | None]:
+    """(acceptance entries, retrieval entries, the graft siblings' model) of every drafter against the
+    target's greedy outputs ``pairs`` on ``prompts``, and of cheaper drafters against each model
+    drafter (``settings.middles``); ``curves``: each model's T(n), which orders the middles."""
+    retrieval, acceptance = [], []
+    siblings, graft_model, best = None, None, -1.0
+    for build in (b for b in built if b.model is not None):
+        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings, verifier_network=target_network)
+        acceptance.append(entry)
+        if sum(entry.rank_accept) > best:  # the best tree drafter: retrieval grafts are measured beside it
+            siblings, graft_model, best = tops, build.spec.id, sum(entry.rank_accept)
+    for build in (b for b in built if b.model is None):
+        entry, counter = _retrieval_acceptance(build, target, pairs, device, settings, siblings, ("target", target_network))
+        acceptance.append(entry)
+        ms = 1000.0 * counter.seconds / max(1, counter.calls)
+        retrieval.append(RetrievalEntry(build.spec.id, build.spec.source, round(ms, 4)))
+    if settings.middles:
+        acceptance.extend(_middle_acceptance(built, curves, target, prompts, device, settings))
+    return acceptance, retrieval, graft_model
+
+
+def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt], device: torch.device,
+                        settings: ProfileSettings, profile: Profile) -> Profile:
+    """``profile`` with its acceptance measured again on ``prompts`` (prompts it was not calibrated on),
+    its latency curves kept: what a plan solved from ``profile`` would meet on them
+    (docs/guide.md, "Your own prompts")."""
+    built = [build_drafter(spec, target, device) for spec in drafters]
+    target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)
+    pairs = _target_outputs(target, prompts, device, settings, target_network, "target on held-out prompts,")
+    curves = {model.id: model.latency[0] for model in profile.models}
+    acceptance, retrieval, _ = _acceptance_tables(built, target, target_network, pairs, prompts, curves, device, settings)
+    calibration = {**profile.calibration, "prompts": settings.prompts_label, "count": len(prompts)}
+    return replace(profile, acceptance=tuple(acceptance), retrieval=tuple(retrieval), calibration=calibration)
+
+
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
                 device: torch.device, settings: ProfileSettings, checkpoint: Path | None = None,
                 resume: bool = False) -> Profile:
@@ -299,32 +353,22 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     device_info = describe_device(device) if target.backend == "torch" else llama_cpp_device(target)
     curves, batched = _curves_once(networks, sources, target, device, device_info, context, settings, checkpoint, resume)
     overheads = _batch_overheads(target, prompts, context, batched["target"], device)
+    print(calibration_estimate(curves, built, len(prompts), settings), flush=True)
     pairs = _target_outputs(target, prompts, device, settings, target_network)
     target_curve, wide_from = route(curves["target"], curves.get(WIDE_CURVE))
     floor_ms = engine_plain_ms(target, curves["target"], context, settings.repeats)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(target_curve,) + batched["target"], shape=shape_of_network(target.model),
                          batch_overhead=overheads, wide_from=wide_from, engine_plain_ms=round(floor_ms, 4))]
-    retrieval, acceptance = [], []
-    siblings, graft_model, best = None, None, -1.0
     for build in (b for b in built if b.model is not None):
-        entry, _, tops = _model_acceptance(build.spec, build.model, pairs, device, settings, verifier_network=target_network)
-        acceptance.append(entry)
-        if sum(entry.rank_accept) > best:  # the best tree drafter: retrieval grafts are measured beside it
-            siblings, graft_model, best = tops, build.spec.id, sum(entry.rank_accept)
         base = "target" if build.spec.kind == "layerskip" else None
         fingerprint = target.fingerprint + f"|{build.spec.source}" if base else ""
         models.append(ModelEntry(mode=settings.runtime.profile_label, id=build.spec.id, source=build.spec.source, fingerprint=fingerprint,
                                  dtype=target.dtype, role="drafter", latency=(curves[build.spec.id],) + batched[build.spec.id],
                                  base=base,
                                  shape=shape_of_network(build.model)))
-    for build in (b for b in built if b.model is None):
-        entry, counter = _retrieval_acceptance(build, target, pairs, device, settings, siblings, ("target", target_network))
-        acceptance.append(entry)
-        ms = 1000.0 * counter.seconds / max(1, counter.calls)
-        retrieval.append(RetrievalEntry(build.spec.id, build.spec.source, round(ms, 4)))
-    if settings.middles:
-        acceptance.extend(_middle_acceptance(built, curves, target, prompts, device, settings))
+    acceptance, retrieval, graft_model = _acceptance_tables(built, target, target_network, pairs, prompts, curves,
+                                                            device, settings)
     return Profile(
         device=device_info,
         models=tuple(models),

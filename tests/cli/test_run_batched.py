@@ -273,3 +273,12 @@ def test_the_api_decodes_batches_as_the_command_does(ngram_plan):
             assert tuple(alone.token_ids) == sequence.token_ids
     with pytest.raises(SpecplanError, match="batched runs verify greedily"):
         next(runner.generate_batches(PROMPTS, temperature=0.7))
+
+
+def test_a_llama_cpp_plan_with_batch_is_one_line_before_any_model_loads(capsys):
+    from pathlib import Path
+
+    plan = Path(__file__).resolve().parents[2] / "profiles" / "transfer-smollm2" / "plan-specbench" / "plan.yaml"
+    assert main(["run", str(plan), "--batch", "2", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "drop --batch" in err and len(err.strip().splitlines()) == 1
