@@ -241,6 +241,9 @@ def command(args) -> int:
             held = held_out_acceptance(target, specs, held_out, device,
                                        replace(settings, prompts_label=f"{args.prompts} ({HALF_LABEL[1]})"), profile)
             print(held_out_line(plan, profile, held, args.prompts, plan_path))
+        elif held_out:
+            print(f"specplan: {len(held_out)} prompts of {args.prompts} held out; measure the plan on them with "
+                  f"`specplan bench {plan_path} --prompts {args.prompts} --held-out`")
     elif held_out:
         print(f"specplan: {len(held_out)} prompts of {args.prompts} held out; with a plan (drop --no-plan) profile "
               "reports its predicted speed on them")
@@ -269,15 +272,15 @@ def held_out_line(plan, profile, held, prompts_file: str, plan_path: Path) -> st
     """The plan's predicted speed on the held-out prompts beside the calibration half's, against the floor."""
     from specplan.planner.recheck import recost
 
-    floor = (plan.solver.get("floor") or {}).get("ms_per_token") if isinstance(plan.solver, dict) else None
-    floor = float(floor) if floor else plan.predicted.ms_per_token * plan.predicted.speedup
+    floor = (plan.solver.get("floor") or {}) if isinstance(plan.solver, dict) else {}
+    floor_ms = float(floor.get("ms_per_token") or plan.predicted.ms_per_token * plan.predicted.speedup)
     held_ms = recost(plan, held)
     count = held.calibration.get("count")
     if held_ms is None:
         what = ("plain decoding, the same on them" if not plan.stages else
                 "no closed form for a tree grown at run time; measure it")
     else:
-        what = (f"{1000.0 / held_ms:.1f} tok/s on them, {floor / held_ms:.2f}x the floor "
+        what = (f"{1000.0 / held_ms:.1f} tok/s on them, {floor_ms / held_ms:.2f}x {floor.get('name', 'plain decoding')} "
                 f"({1000.0 / plan.predicted.ms_per_token:.1f} tok/s on the {profile.calibration.get('count')} it was "
                 "calibrated on)")
     return (f"specplan: {count} prompts of {prompts_file} held out of calibration: the plan predicts {what}; "
