@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specplan.cli.batch_option import parse_batch_sizes
 from specplan.cli.options import chosen_runtime
-from specplan.core.contract import load_plan_and_profile
+from specplan.core.contract import check_batchable, load_plan_and_profile
 from specplan.core.errors import SpecplanError
 from specplan.core.runtime_modes import EAGER
 from specplan.core.outputs import check_output_folder
@@ -22,6 +22,7 @@ REPEATS = 3  # timed runs per method and batch (the median is reported)
 def bench_batched(args) -> int:
     batches = parse_batch_sizes(args.batch, "--batch")
     plan, profile, profile_path = load_plan_and_profile(args.plan)
+    check_batchable(profile)
     from specplan.cli.bench import bench_prompts
 
     prompts = stratified(bench_prompts(args)[0], args.limit)

@@ -74,3 +74,11 @@ def check_comparable(name: str, profile, reference) -> None:
     if profile.target.fingerprint != reference.target.fingerprint:
         raise PlanError(f"--also {name}: its target's weights differ from the bench's plan's; compare plans of "
                             "one target")
+
+
+def check_batchable(profile: Profile, flag: str = "--batch") -> None:
+    """PlanError (one line) when the plan's profile runs on llama.cpp: batched runs (runtime/batched/)
+    decode on the torch backend only."""
+    if profile.backend == "llama.cpp":
+        raise PlanError(f"batched runs decode on the torch backend, and this plan's profile runs on llama.cpp: drop "
+                        f"{flag} (prompts then decode one at a time) or profile with --backend torch")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specplan.core.contract import load_plan_and_profile
+from specplan.core.contract import check_batchable, load_plan_and_profile
 from specplan.core.errors import PlanError, SpecplanError
 from specplan.core.plan import Plan, Stage, load_plan
 from specplan.core.profile import Profile, load_profile
@@ -181,9 +181,8 @@ class Runner:
         if batch is not None and batch < 1:
             raise SpecplanError(f"batch {batch}: pass at least 1")
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
-        if batch is not None and profile.backend == "llama.cpp":
-            raise SpecplanError("batched runs decode on the torch backend, and this plan's profile runs on llama.cpp: "
-                                "drop --batch (prompts then decode one at a time) or profile with --backend torch")
+        if batch is not None:
+            check_batchable(profile)
         mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
         if mode is None and batch is not None:
             mode = EAGER

@@ -282,3 +282,12 @@ def test_a_llama_cpp_plan_with_batch_is_one_line_before_any_model_loads(capsys):
     assert main(["run", str(plan), "--batch", "2", "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert "drop --batch" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_batch_on_a_llama_cpp_plan_is_one_line(capsys):
+    from pathlib import Path
+
+    plan = Path(__file__).resolve().parents[2] / "profiles" / "transfer-smollm2" / "plan-specbench" / "plan.yaml"
+    assert main(["bench", str(plan), "--batch", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "drop --batch" in err and len(err.strip().splitlines()) == 1
