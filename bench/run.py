@@ -22,7 +22,6 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from specplan.core.contract import check_comparable
 from specplan.core.errors import SpecplanError
 from specplan.planner.latency import interpolate, nearest_curve
 from specplan.core.prompts import Prompt
@@ -103,10 +102,9 @@ def other_plans(runner, also: Sequence[tuple], sampling: SamplingConfig) -> list
     """``bench --also NAME=PLAN``: each other plan of the same target (one calibrated on another
     workload, say) as the method ``plan:NAME``, in the same interleaved run, each on its own target
     session (its own wide copy) and with its own fallback guard; its profile's backend, numerics and
-    weights must be the run's."""
+    weights are the run's (``core/contract.py`` ``check_comparable``, before any model loads)."""
     methods: list[Method] = []
     for name, plan, profile in also:
-        check_comparable(name, profile, runner.profile)
         target = runner.target
         if runner.backend == "llama.cpp":
             target = replace(target, wide_from=wide_verify_width(plan, profile))

@@ -120,15 +120,14 @@ def _assistant(profile, name: str | None) -> str | None:
 
 def bench_prompts(args) -> tuple[list, str]:
     """The prompts to bench and where they come from: a file (or its held-out half), or a workload's evaluation split."""
-    held_out = getattr(args, "held_out", False)
-    if held_out and not args.prompts:
+    if args.held_out and not args.prompts:
         raise SpecplanError("--held-out picks the held-out half of --prompts FILE; add --prompts or drop it "
                             "(a workload's evaluation split is already held out)")
     if not args.prompts:
         return workload_split(args.workload, "evaluation"), {"spec-bench": "Spec-Bench evaluation split"}.get(
             args.workload, f"{args.workload} evaluation split")
     prompts = read_prompts(args.prompts)
-    if not held_out:
+    if not args.held_out:
         return prompts, str(args.prompts)
     held_out = held_out_split(prompts)[1]
     if not held_out:

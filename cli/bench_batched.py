@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from specplan.cli.batch_option import parse_batch_sizes
+from specplan.cli.bench import bench_prompts
 from specplan.cli.options import chosen_runtime
 from specplan.core.contract import check_batchable, load_plan_and_profile
 from specplan.core.errors import SpecplanError
@@ -23,8 +24,6 @@ def bench_batched(args) -> int:
     batches = parse_batch_sizes(args.batch, "--batch")
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     check_batchable(profile)
-    from specplan.cli.bench import bench_prompts
-
     prompts = stratified(bench_prompts(args)[0], args.limit)
     if args.report:
         check_output_folder(args.report, flag="--report")

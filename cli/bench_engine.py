@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+from specplan.cli.bench import bench_prompts
 from specplan.cli.export import model_names, profile_source
 from specplan.cli.export_drafters import planned_gguf, write_llama_cpp_drafter
 from specplan.core.contract import load_plan_and_profile
@@ -44,8 +45,6 @@ def _prompt_ids(profile, prompts) -> tuple[list[list[int]], set[int]]:
 
 
 def _prompts(args) -> list:
-    from specplan.cli.bench import bench_prompts
-
     return stratified(bench_prompts(args)[0], args.limit)
 
 

@@ -11,7 +11,7 @@ from specplan.cli.plan import solve_and_write
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_file, stored_kind
-from specplan.core.plan import load_plan
+from specplan.core.plan import load_plan, plan_floor
 from specplan.core.profile import save_profile
 from specplan.core.prompts import PROFILE_PROMPTS, held_out_split, profile_prompts, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
@@ -272,15 +272,14 @@ def held_out_line(plan, profile, held, prompts_file: str, plan_path: Path) -> st
     """The plan's predicted speed on the held-out prompts beside the calibration half's, against the floor."""
     from specplan.planner.recheck import recost
 
-    floor = (plan.solver.get("floor") or {}) if isinstance(plan.solver, dict) else {}
-    floor_ms = float(floor.get("ms_per_token") or plan.predicted.ms_per_token * plan.predicted.speedup)
+    floor_name, floor_ms = plan_floor(plan) or ("plain decoding", plan.predicted.ms_per_token * plan.predicted.speedup)
     held_ms = recost(plan, held)
     count = held.calibration.get("count")
     if held_ms is None:
         what = ("plain decoding, the same on them" if not plan.stages else
                 "no closed form for a tree grown at run time; measure it")
     else:
-        what = (f"{1000.0 / held_ms:.1f} tok/s on them, {floor_ms / held_ms:.2f}x {floor.get('name', 'plain decoding')} "
+        what = (f"{1000.0 / held_ms:.1f} tok/s on them, {floor_ms / held_ms:.2f}x {floor_name} "
                 f"({1000.0 / plan.predicted.ms_per_token:.1f} tok/s on the {profile.calibration.get('count')} it was "
                 "calibrated on)")
     return (f"specplan: {count} prompts of {prompts_file} held out of calibration: the plan predicts {what}; "

@@ -64,21 +64,21 @@ def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
     return plan, profile, profile_path
 
 
-def check_comparable(name: str, profile, reference) -> None:
-    """SpecplanError unless the plan ``name``'s profile runs on the backend, numerics and target
-    weights of ``reference`` (the bench's plan's profile): the interleaved rows compare plans, not engines."""
+def check_comparable(name: str, profile: Profile, reference: Profile) -> None:
+    """PlanError (one line) unless the plan ``name``'s profile runs on the backend, numerics and target
+    weights of ``reference`` (the bench's plan's profile): interleaved rows compare plans, not engines."""
     if (profile.backend, profile.exact) != (reference.backend, reference.exact):
-        raise PlanError(f"--also {name}: its profile runs on {profile.backend} with exact numerics "
-                            f"{profile.exact}, the bench's plan on {reference.backend} with {reference.exact}; "
-                            "compare plans of one backend and numerics")
+        raise PlanError(f"--also {name}: its profile runs on {profile.backend} with exact numerics {profile.exact}, "
+                        f"the bench's plan on {reference.backend} with {reference.exact}; compare plans of one "
+                        "backend and numerics")
     if profile.target.fingerprint != reference.target.fingerprint:
-        raise PlanError(f"--also {name}: its target's weights differ from the bench's plan's; compare plans of "
-                            "one target")
+        raise PlanError(f"--also {name}: its target's weights differ from the bench's plan's; compare plans of one "
+                        "target")
 
 
-def check_batchable(profile: Profile, flag: str = "--batch") -> None:
+def check_batchable(profile: Profile) -> None:
     """PlanError (one line) when the plan's profile runs on llama.cpp: batched runs (runtime/batched/)
     decode on the torch backend only."""
     if profile.backend == "llama.cpp":
-        raise PlanError(f"batched runs decode on the torch backend, and this plan's profile runs on llama.cpp: drop "
-                        f"{flag} (prompts then decode one at a time) or profile with --backend torch")
+        raise PlanError("batched runs decode on the torch backend, and this plan's profile runs on llama.cpp: drop "
+                        "--batch (prompts then decode one at a time) or profile with --backend torch")

@@ -328,10 +328,19 @@ def save_plan(plan: Plan, path: str | Path) -> None:
     write_document(path, plan_to_dict(plan))
 
 
-def floor_phrase(plan: Plan) -> str:
-    """The prediction against the floor the solver held it to (plan.yaml ``solver.floor``)."""
+def plan_floor(plan: Plan) -> tuple[str, float] | None:
+    """(name, ms per token) of the floor the solver held the plan to (plan.yaml ``solver.floor``);
+    None for a plan solved before floors were recorded."""
     floor = plan.solver.get("floor") if isinstance(plan.solver, dict) else None
     if not isinstance(floor, dict) or not floor.get("ms_per_token"):
+        return None
+    return str(floor["name"]), float(floor["ms_per_token"])
+
+
+def floor_phrase(plan: Plan) -> str:
+    """The prediction against the floor the solver held it to (plan.yaml ``solver.floor``)."""
+    floor = plan_floor(plan)
+    if floor is None:
         return f"{plan.predicted.speedup:.2f}x over plain decoding"
-    ratio = float(floor["ms_per_token"]) / plan.predicted.ms_per_token
-    return f"{ratio:.2f}x {floor['name']} ({1000.0 / float(floor['ms_per_token']):.1f} tok/s)"
+    name, floor_ms = floor
+    return f"{floor_ms / plan.predicted.ms_per_token:.2f}x {name} ({1000.0 / floor_ms:.1f} tok/s)"

@@ -112,28 +112,24 @@ def stratified(prompts: list[Prompt], limit: int) -> list[Prompt]:
     return chosen
 
 
-HELD_OUT_SHARE = 0.5  # of a user's prompt file, held out of calibration by ``specplan profile --prompts``
-MIN_HELD_OUT_FILE = 4  # prompts a file needs before a share of it is held out
+MIN_HELD_OUT_FILE = 4  # prompts a user's file needs before half of it is held out of calibration
 
 
-def held_out_split(prompts: list[Prompt], share: float = HELD_OUT_SHARE) -> tuple[list[Prompt], list[Prompt]]:
-    """(calibration, held out) of a user's prompts: within each category, in file order, every prompt
-    at which the running count ``floor((j + 1) * share)`` steps is held out (every second one at one
-    half), so both parts cover every category; a file of fewer than ``MIN_HELD_OUT_FILE`` prompts is
-    all calibration. ``specplan profile --prompts`` calibrates on the first part and
-    ``specplan bench --prompts FILE --held-out`` measures the second.
+def held_out_split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
+    """(calibration, held out) of a user's prompts: within each category, in file order, every second
+    prompt is held out, so both halves cover every category of two prompts or more; a file of fewer
+    than ``MIN_HELD_OUT_FILE`` prompts is all calibration. ``specplan profile --prompts`` calibrates on
+    the first half and ``specplan bench --prompts FILE --held-out`` measures the second.
 
     >>> rows = [Prompt(str(i), "code" if i < 4 else "chat", "x") for i in range(6)]
     >>> [[p.prompt_id for p in part] for part in held_out_split(rows)]
     [['0', '2', '4'], ['1', '3', '5']]
     """
-    if len(prompts) < MIN_HELD_OUT_FILE or share <= 0:
+    if len(prompts) < MIN_HELD_OUT_FILE:
         return list(prompts), []
     seen: dict[str, int] = defaultdict(int)
     calibration, held_out = [], []
     for prompt in prompts:
-        index = seen[prompt.category]
+        (held_out if seen[prompt.category] % 2 else calibration).append(prompt)
         seen[prompt.category] += 1
-        stepped = int((index + 1) * share) > int(index * share)
-        (held_out if stepped else calibration).append(prompt)
     return calibration, held_out
