@@ -42,7 +42,7 @@ from specplan.bench.peers import build_peers, lookup_settings
 from specplan.bench.llamacpp_peer import LLAMA_CPP_PEERS, build_llamacpp_peers
 from specplan.bench.llama_server_peer import drafter_gguf, is_llama_server_name, llama_server_peers
 
-BASELINES = ("plain", "plain-runtime", "plan-no-fallback", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
+BASELINES = ("plain", "plain-runtime", "plan-no-fallback", "plan-fixed-chain", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
 DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
 
 
@@ -74,6 +74,8 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     methods: list[Method] = [EngineMethod("plan", "plan", runner.engine, sampling, runner.plan.summary())]
     if "plan-no-fallback" in settings.baselines:
         methods += _unguarded(runner, sampling, notes)
+    if "plan-fixed-chain" in settings.baselines:
+        methods += _fixed_chain(runner, sampling, notes)
     methods += other_plans(runner, settings.also, sampling)
     if runner.backend == "llama.cpp":
         return methods + llama_cpp_backend_peers(runner, settings, sampling, notes)
@@ -96,6 +98,19 @@ def _unguarded(runner, sampling: SamplingConfig, notes: list[str]) -> list[Metho
     engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
                                 fallback=False)
     return [EngineMethod("plan-no-fallback", "plan", engine, sampling, runner.plan.summary() + ", every round")]
+
+
+def _fixed_chain(runner, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
+    """The plan under its guard with a lookup's chain at the plan's gamma every round (no
+    ``ChainGrowth``, runtime/fallback.py): what lengthening and shortening the chain at run time adds."""
+    if runner.engine.growth is None:
+        notes.append("plan-fixed-chain left out: the plan's chain does not change length at run time "
+                     "(no lookup sequence stage, or no guard)")
+        return []
+    shared = runner.plain.target if runner.backend == "llama.cpp" else None
+    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
+                                fixed_chain=True)
+    return [EngineMethod("plan-fixed-chain", "plan", engine, sampling, runner.plan.summary() + ", chain fixed")]
 
 
 def other_plans(runner, also: Sequence[tuple], sampling: SamplingConfig) -> list[Method]:
@@ -123,7 +138,7 @@ def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingC
     servers = llama_server_peers(settings.baselines, runner, runner.plain.target.threads,
                                  drafter_gguf(runner.profile, runner.plan.stages), notes)
     skipped = [name for name in settings.baselines
-               if name not in ("plain", "plain-runtime", "plan-no-fallback", "grid") and not is_llama_server_name(name)]
+               if name not in ("plain", "plain-runtime", "plan-no-fallback", "plan-fixed-chain", "grid") and not is_llama_server_name(name)]
     if skipped:
         notes.append(f"{', '.join(skipped)} left out: the plan runs on the llama.cpp backend, whose plain decoding of "
                      "the same GGUF is the reference")

@@ -26,7 +26,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--limit", type=PROMPTS, default=26, help="prompts to use, spread over categories")
     parser.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128, help="new tokens per prompt, the same for every method")
     parser.add_argument("--baselines", default="plain,hf-assisted,hf-lookup",
-                        help="comma list of plain, plain-runtime, hf-assisted, hf-lookup, llama.cpp, llama.cpp-lookup, grid "
+                        help="comma list of plain, plain-runtime, plan-no-fallback, plan-fixed-chain, hf-assisted, hf-lookup, "
+                             "llama.cpp, llama.cpp-lookup, grid "
                              "(plain is always run; llama.cpp needs the llamacpp extra); with a plan on the llama.cpp "
                              "backend also llama-server, llama-server-draft[:N], llama-server-ngram, llama-server-ngram-map-k, "
                              "-ngram-map-k4v, -ngram-mod, -ngram-cache (llama.cpp's own server: scripts/build-llama-server.sh)")

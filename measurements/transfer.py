@@ -5,8 +5,9 @@ For each evaluation workload, one interleaved ``specplan bench`` run of every pl
 under ``--out/on-WORKLOAD``, reused when already there), then one table: each plan's decode rate
 against the reference method's (llama-server plain where it ran, else our plain decoding), pooled
 over the prompts, with its 95% interval over prompts (resampled in pairs, bench/metrics.py
-``spread_of_sums``); the first plan without its fallback guard (``plan-no-fallback``) where it ran;
-predicted / measured decode rate of each plan.
+``spread_of_sums``); the first plan without its fallback guard (``plan-no-fallback``) and with its
+lookup chain fixed at the plan's gamma (``plan-fixed-chain``) where they ran; predicted / measured
+decode rate of each plan.
 
     .venv/bin/python measurements/transfer.py --plan specbench=P1.yaml --plan edit=P2.yaml \
         [--workloads spec-bench,humaneval,humaneval-edit] [--limit 40] [--max-new-tokens 128] \
@@ -25,7 +26,7 @@ import numpy as np
 
 from specplan.bench.metrics import pooled_rate_ratio, spread_of_sums
 
-RUNTIME_METHODS = ("plan", "plan-no-fallback", "plain-runtime")  # a peer's first token comes from its prefill
+RUNTIME_METHODS = ("plan", "plan-no-fallback", "plan-fixed-chain", "plain-runtime")  # a peer's first token comes from its prefill
 
 
 def decode_step(row: dict) -> tuple[float, float] | None:
@@ -83,12 +84,13 @@ def cell(report: Path, method: str) -> str:
     rows, methods = data["rows"], {row["method"] for row in data["rows"]}
     reference = "llama-server" if "llama-server" in methods else "plain-runtime"
     parts = []
-    for name in (method, "plan-no-fallback" if method == "plan" else None):
+    variants = {"plan-no-fallback": "unguarded", "plan-fixed-chain": "chain fixed"} if method == "plan" else {}
+    for name in (method, *variants):
         found = ratio_with_interval(rows, name, reference) if name in methods else None
         if found:
             ratio, spread = found
             interval = f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else ""
-            parts.append(f"{ratio:.2f}x{interval}" if name == method else f"unguarded {ratio:.2f}x")
+            parts.append(f"{ratio:.2f}x{interval}" if name == method else f"{variants[name]} {ratio:.2f}x{interval}")
     ratio = predicted_over_measured(rows, method)
     if ratio is not None:
         parts.append(f"pred/meas {ratio:.2f}")

@@ -235,7 +235,8 @@ def check_stages(plan: Plan, profile: Profile) -> None:
 
 
 def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
-                 runtime: RuntimeMode = EAGER, session: Session | None = None, fallback: bool = True) -> SpeculativeEngine:
+                 runtime: RuntimeMode = EAGER, session: Session | None = None, fallback: bool = True,
+                 fixed_chain: bool = False) -> SpeculativeEngine:
     """The engine that executes ``plan``'s stages on ``target`` (plain decoding when it has none).
 
     A plan of several stages (bottom first) becomes a chain: every middle model is a
@@ -243,7 +244,8 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     An adaptive plan's other candidates are built by :mod:`specplan.runtime.adaptive_build`.
     ``session``: the target's session to reuse (engines that never run at once may share one).
     ``fallback``: rounds fall back to plain decoding while the plan costs more per token than it,
-    both measured in this engine's own rounds (runtime/fallback.py).
+    both measured in this engine's own rounds (runtime/fallback.py). ``fixed_chain``: a lookup's chain
+    keeps the plan's gamma every round (no ``ChainGrowth``; bench's ``plan-fixed-chain``).
     """
     check_stages(plan, profile)
     session = session if session is not None else target_session(target, device, runtime)
@@ -255,7 +257,7 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     guard = FallbackGuard(GuardSettings()) if fallback else None  # plain's cost measured here, not the profile's
     verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)  # a lookup chain grows where T(n) / n falls
     return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
-                             guard=guard, verify_ms=verify_ms, **stage_shape_arguments(top))
+                             guard=guard, verify_ms=verify_ms, fixed_chain=fixed_chain, **stage_shape_arguments(top))
 
 
 def sequence_drafter(engine: SpeculativeEngine):
@@ -276,7 +278,7 @@ def prediction_lengths(engine: SpeculativeEngine) -> tuple[int, int]:
     return max(FIRST_CHAIN, engine.gamma), max(MIN_MATCH, getattr(drafter, "min_ngram", 0))
 
 
-def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int, profile: Profile,
+def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int,
                             guard: FallbackGuard | None = None) -> SpeculativeEngine:
     """An engine over ``engine``'s target session that drafts from a client's ``prediction`` (token ids
     of the expected output, continuing a prompt of ``prompt_length`` tokens; runtime/drafters/prediction.py)
@@ -291,7 +293,6 @@ def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], pr
     first, min_match = prediction_lengths(engine)
     drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, engine.gamma if plan_drafter else 0,
                                 first=first, min_match=min_match)
-    verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)
     return SpeculativeEngine(engine.target, engine.device, engine.eos_ids, drafter, gamma=LONGEST_LOOKUP_CHAIN,
                              names=("prediction", engine.stage.names[1]), runtime=EAGER, guard=guard,
-                             verify_ms=verify_ms)
+                             fixed_chain=True)  # the prediction chooses its own lengths

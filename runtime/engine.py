@@ -66,7 +66,8 @@ class SpeculativeEngine:
     def __init__(self, target: "torch.nn.Module | Session", device: torch.device, eos_ids: set[int],
                  drafter: Drafter | Drafter | None = None, gamma: int = 0, tree: StageShape | None = None,
                  names: tuple[str, str] = ("none", "target"), runtime: RuntimeMode = EAGER,
-                 guard: FallbackGuard | None = None, verify_ms: Callable[[int], float] | None = None):
+                 guard: FallbackGuard | None = None, verify_ms: Callable[[int], float] | None = None,
+                 fixed_chain: bool = False):
         self.target = as_session(target, device, runtime)
         self.device = device
         self.drafter = drafter
@@ -78,7 +79,8 @@ class SpeculativeEngine:
         speculates = drafter is not None and (self.gamma > 0 or self.tree is not None)
         self.guard = guard if speculates else None
         self.plain_stage = StageRunner(self.target, None, 0, None, ("none", names[1])) if self.guard else None
-        lookup = self.guard is not None and self.tree is None and not drafter.sessions()  # a chain that costs no model
+        # a chain that costs no model changes length with its acceptance (ChainGrowth) unless fixed_chain
+        lookup = self.guard is not None and self.tree is None and not drafter.sessions() and not fixed_chain
         self.growth = ChainGrowth(self.gamma, verify_ms=verify_ms) if lookup else None  # verify_ms: the target's T(n)
 
     def _stage_stats(self, top: StageStats) -> tuple[StageStats, ...]:

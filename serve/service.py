@@ -112,8 +112,7 @@ class Service:
         if not job.prediction_ids:
             return engine
         base = engine if isinstance(engine, SpeculativeEngine) else self.runner.plain
-        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), self.runner.profile,
-                                       guard=self.guard)
+        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guard)
 
     # events -> bodies
 
