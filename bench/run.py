@@ -37,6 +37,7 @@ from specplan.bench.quality import measured_terms, plan_quality
 from specplan.bench.report import BenchReport
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.lossless import divergence_gap
 from specplan.bench.peers import build_peers, lookup_settings
 from specplan.bench.llamacpp_peer import LLAMA_CPP_PEERS, build_llamacpp_peers
@@ -88,29 +89,33 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     return methods
 
 
+def _variant(runner, sampling: SamplingConfig, name: str, what: str, **options) -> list[Method]:
+    """The plan built again with ``options`` for ``build.build_engine`` (on the plan's own target
+    session where one llama.cpp context must serve every method) as the method ``name``."""
+    shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
+    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
+                                **options)
+    return [EngineMethod(name, "plan", engine, sampling, f"{runner.plan.summary()}, {what}")]
+
+
 def _unguarded(runner, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
-    """The plan's stages with no fallback guard (runtime/fallback.py), on the plan's own target session:
-    what the guard costs where it never switches, and saves where it does."""
+    """The plan's stages with no fallback guard (runtime/fallback.py): what the guard costs where
+    it never switches, and saves where it does."""
     if not runner.plan.stages or runner.plan.adaptive is not None:
         notes.append("plan-no-fallback left out: the plan is plain decoding or adaptive, which runs no fallback guard")
         return []
-    shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
-    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
-                                fallback=False)
-    return [EngineMethod("plan-no-fallback", "plan", engine, sampling, runner.plan.summary() + ", every round")]
+    return _variant(runner, sampling, "plan-no-fallback", "every round", fallback=False)
 
 
 def _fixed_chain(runner, sampling: SamplingConfig, notes: list[str]) -> list[Method]:
     """The plan under its guard with a lookup's chain at the plan's gamma every round (no
-    ``ChainGrowth``, runtime/fallback.py): what lengthening and shortening the chain at run time adds."""
-    if runner.engine.growth is None:
-        notes.append("plan-fixed-chain left out: the plan's chain does not change length at run time "
-                     "(no lookup sequence stage, or no guard)")
+    ``ChainGrowth``, runtime/fallback.py): what growing the chain at run time adds."""
+    growth = runner.engine.growth if isinstance(runner.engine, SpeculativeEngine) else None
+    if growth is None or not growth.grows or growth.longest <= growth.base:
+        notes.append("plan-fixed-chain left out: the plan's chain does not grow at run time (no lookup sequence "
+                     "stage, no guard, a chain already at the longest, or a T(n) / n too flat to pay)")
         return []
-    shared = runner.plain.target if runner.backend == "llama.cpp" else None
-    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
-                                fixed_chain=True)
-    return [EngineMethod("plan-fixed-chain", "plan", engine, sampling, runner.plan.summary() + ", chain fixed")]
+    return _variant(runner, sampling, "plan-fixed-chain", "chain fixed", fixed_chain=True)
 
 
 def other_plans(runner, also: Sequence[tuple], sampling: SamplingConfig) -> list[Method]:

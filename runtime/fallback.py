@@ -124,39 +124,46 @@ class FallbackGuard:
 
 
 class ChainGrowth:
-    """A lookup's chain length, chosen before each round from the request's earlier rounds
-    (docs/planner-math.md section 12.5): doubles after a round that accepted its whole draft (up to
-    ``LONGEST_LOOKUP_CHAIN``, or the plan's gamma where long chains do not pay); halves, down to one
-    token, after a round that lost against plain decoding (``(accepted + 1) T(1) < T(drafted + 1)``);
-    after another rejection a grown chain returns to the plan's gamma and a shortened one stays.
-    A round that drafted nothing changes nothing. (Measured and reverted in the next commit.)
+    """A lookup's chain doubles after a round that accepted its whole draft, up to
+    ``LONGEST_LOOKUP_CHAIN``, and returns to the plan's gamma after a round that rejected a token
+    (docs/planner-math.md section 12.5; a dynamic draft length as in DISCO, arXiv 2405.04304, and
+    transformers' "heuristic" schedule, here doubling because a copy, once it holds, tends to hold for
+    a whole span). A round that drafted nothing (no match) changes nothing. Only for drafters that
+    run no model (a lookup drafts a longer chain at no extra cost); the guard still watches the cost.
 
-    >>> wide = ChainGrowth(63, verify_ms=lambda n: 30.0 + 10.0 * n)
-    >>> wide.record(drafted=63, committed=1); wide.gamma
-    31
+    >>> growth = ChainGrowth(5)
+    >>> growth.record(drafted=5, committed=6); growth.gamma
+    10
+    >>> growth.record(drafted=10, committed=11); growth.record(drafted=20, committed=21); growth.gamma
+    40
+    >>> growth.record(drafted=40, committed=7); growth.gamma
+    5
+
+    With the target's verify cost ``verify_ms(n)`` (the profile's T(n)) chains grow only where the
+    longest chain verifies a token at most ``GROWTH_GAIN`` of what the plan's chain does:
+    T(64) / 64 <= 0.6 T(g + 1) / (g + 1). Where T(n) / n is already flat (a small model past a few
+    tokens) a longer chain buys little per accepted token and costs a wider verify per rejected one.
+
+    >>> flat = ChainGrowth(7, verify_ms=lambda n: 5.0 + 4.0 * n)  # T(n) / n barely falls past n = 8
+    >>> flat.record(drafted=7, committed=8); flat.gamma
+    7
     """
 
     def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN,
                  verify_ms: Callable[[int], float] | None = None):
         self.base = gamma
-        self.verify_ms = verify_ms or (lambda n: float(n))
-        per_token = lambda n: self.verify_ms(n + 1) / (n + 1)  # noqa: E731
-        grows = verify_ms is None or per_token(max(gamma, longest)) <= GROWTH_GAIN * per_token(gamma)
-        self.longest = max(gamma, longest) if grows else gamma
+        self.longest = max(gamma, longest)
         self.gamma = gamma
+        per_token = None if verify_ms is None else (lambda n: verify_ms(n + 1) / (n + 1))
+        self.grows = per_token is None or per_token(self.longest) <= GROWTH_GAIN * per_token(gamma)
 
     def start(self) -> None:
         self.gamma = self.base
 
-    def lost(self, drafted: int, committed: int) -> bool:
-        return committed * self.verify_ms(1) < self.verify_ms(drafted + 1)
-
     def record(self, drafted: int, committed: int) -> None:
         if drafted <= 0:
             return
-        if committed == drafted + 1:
-            self.gamma = min(2 * self.gamma, self.longest)
-        elif self.gamma > self.base:
+        if committed != drafted + 1:
             self.gamma = self.base
-        elif self.lost(drafted, committed):
-            self.gamma = max(1, self.gamma // 2)
+        elif self.grows:
+            self.gamma = min(2 * self.gamma, self.longest)

@@ -46,11 +46,13 @@ def test_other_plans_run_interleaved_and_lossless(tmp_path, capsys):
     prompts.write_text(json.dumps({"prompt": "Repeat exactly: the cat sat on the mat, the cat sat on the mat."}) + "\n")
     report = tmp_path / "report"
     assert main(["bench", str(SPEC_BENCH_PLAN), "--also", f"edit={EDIT_PLAN}", "--prompts", str(prompts),
-                 "--limit", "1", "--max-new-tokens", "12", "--baselines", "plain-runtime", "--threads", "1",
+                 "--limit", "1", "--max-new-tokens", "12", "--baselines", "plain-runtime,plan-fixed-chain", "--threads", "1",
                  "--no-plots", "--report", str(report)]) == 0
     data = json.loads((report / "report.json").read_text())
     rows = {row["method"]: row for row in data["rows"]}
     assert set(rows) == {"plan", "plan:edit", "plain-runtime"}
+    # SmolLM2's T(n) / n is too flat for its chains to grow, so there is no fixed chain to compare
+    assert any(note.startswith("plan-fixed-chain left out") for note in data["notes"])
     assert all(row["new_tokens"] > 0 and (row["identical"] or row["near_tie"]) for row in rows.values())
     edit_prediction = yaml_prediction(EDIT_PLAN)
     assert rows["plan:edit"]["predicted_tokens_per_s"] == pytest.approx(edit_prediction, rel=1e-3)

@@ -90,3 +90,7 @@ def test_a_lookup_chain_grows_while_copies_hold_and_the_output_stays_the_targets
     assert max(result.committed_per_forward) > 3 and engine.growth is not None
     unguarded = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=2)
     assert max(unguarded.generate(PROMPT, 96, SamplingConfig()).committed_per_forward) <= 3
+    fixed = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=2, guard=guard, fixed_chain=True)
+    result = fixed.generate(PROMPT, 96, SamplingConfig())  # bench's plan-fixed-chain: under the guard, chains of 2
+    assert fixed.growth is None and max(result.committed_per_forward) <= 3
+    assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
