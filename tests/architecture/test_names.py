@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("specplan", "core", "planner", "models", "quant", "runtime", "profiler", "bench", "distill", "cli",
+FOLDERS = ("specplan", "core", "planner", "models", "quant", "runtime", "profiler", "bench", "distill", "serve", "cli",
            "measurements", "examples", "scripts", "tests")
 PROBLEMS = ("undefined name", "imported but unused", "unable to detect undefined names")
 
