@@ -43,7 +43,8 @@ from specplan.bench.peers import build_peers, lookup_settings
 from specplan.bench.llamacpp_peer import LLAMA_CPP_PEERS, build_llamacpp_peers
 from specplan.bench.llama_server_peer import drafter_gguf, is_llama_server_name, llama_server_peers
 
-BASELINES = ("plain", "plain-runtime", "plan-no-fallback", "plan-fixed-chain", "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
+PLAN_VARIANTS = ("plan-no-fallback", "plan-fixed-chain")  # the plan rebuilt without its guard / chain growth
+BASELINES = ("plain", "plain-runtime", *PLAN_VARIANTS, "hf-assisted", "hf-lookup", *LLAMA_CPP_PEERS, "grid")
 DEFAULT_BASELINES = ("plain", "hf-assisted", "hf-lookup")
 
 
@@ -111,7 +112,7 @@ def _fixed_chain(runner, sampling: SamplingConfig, notes: list[str]) -> list[Met
     """The plan under its guard with a lookup's chain at the plan's gamma every round (no
     ``ChainGrowth``, runtime/fallback.py): what growing the chain at run time adds."""
     growth = runner.engine.growth if isinstance(runner.engine, SpeculativeEngine) else None
-    if growth is None or not growth.grows or growth.longest <= growth.base:
+    if growth is None or not growth.can_grow:
         notes.append("plan-fixed-chain left out: the plan's chain does not grow at run time (no lookup sequence "
                      "stage, no guard, a chain already at the longest, or a T(n) / n too flat to pay)")
         return []
@@ -143,7 +144,7 @@ def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingC
     servers = llama_server_peers(settings.baselines, runner, runner.plain.target.threads,
                                  drafter_gguf(runner.profile, runner.plan.stages), notes)
     skipped = [name for name in settings.baselines
-               if name not in ("plain", "plain-runtime", "plan-no-fallback", "plan-fixed-chain", "grid") and not is_llama_server_name(name)]
+               if name not in ("plain", "plain-runtime", *PLAN_VARIANTS, "grid") and not is_llama_server_name(name)]
     if skipped:
         notes.append(f"{', '.join(skipped)} left out: the plan runs on the llama.cpp backend, whose plain decoding of "
                      "the same GGUF is the reference")

@@ -157,6 +157,11 @@ class ChainGrowth:
         per_token = None if verify_ms is None else (lambda n: verify_ms(n + 1) / (n + 1))
         self.grows = per_token is None or per_token(self.longest) <= GROWTH_GAIN * per_token(gamma)
 
+    @property
+    def can_grow(self) -> bool:
+        """False where no round can draft past the plan's gamma (T(n) / n too flat, or gamma already the longest)."""
+        return self.grows and self.longest > self.base
+
     def start(self) -> None:
         self.gamma = self.base
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,6 +16,7 @@ from specplan.core.prompts import Prompt
 
 PROMPTS = ["Hello there, hello there, hello", "def add(a, b): return a + b\ndef add(", "One two three one two",
            "Why?", "The cat sat on the mat. The cat sat on the"]
+LLAMA_CPP_PLAN = Path(__file__).resolve().parents[2] / "profiles" / "transfer-smollm2" / "plan-specbench" / "plan.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -275,19 +277,9 @@ def test_the_api_decodes_batches_as_the_command_does(ngram_plan):
         next(runner.generate_batches(PROMPTS, temperature=0.7))
 
 
-def test_a_llama_cpp_plan_with_batch_is_one_line_before_any_model_loads(capsys):
-    from pathlib import Path
-
-    plan = Path(__file__).resolve().parents[2] / "profiles" / "transfer-smollm2" / "plan-specbench" / "plan.yaml"
-    assert main(["run", str(plan), "--batch", "2", "--prompt", "hi"]) == 2
-    err = capsys.readouterr().err
-    assert "drop --batch" in err and len(err.strip().splitlines()) == 1
-
-
-def test_bench_batch_on_a_llama_cpp_plan_is_one_line(capsys):
-    from pathlib import Path
-
-    plan = Path(__file__).resolve().parents[2] / "profiles" / "transfer-smollm2" / "plan-specbench" / "plan.yaml"
-    assert main(["bench", str(plan), "--batch", "2"]) == 2
+@pytest.mark.parametrize("command", [["run", str(LLAMA_CPP_PLAN), "--batch", "2", "--prompt", "hi"],
+                                     ["bench", str(LLAMA_CPP_PLAN), "--batch", "2"]])
+def test_a_llama_cpp_plan_with_batch_is_one_line_before_any_model_loads(command, capsys):
+    assert main(command) == 2
     err = capsys.readouterr().err
     assert "drop --batch" in err and len(err.strip().splitlines()) == 1
