@@ -4,11 +4,11 @@ decoding, whichever the request's own measured cost per committed token says is 
 
 The plan was solved from calibration prompts; a request may not be like them (a chat prompt
 under a plan calibrated on edits: the lookup drafts, the target rejects, every round verifies
-1 + gamma tokens to commit one). The guard keeps two running costs, seconds per committed token
-of the plan's rounds (draft and verify) and of plain rounds (one token each), and plays plain
+1 + gamma tokens to commit one). The guard keeps two running costs within each request, seconds
+per committed token of the plan's rounds (draft and verify) and of plain rounds (one token each), and plays plain
 decoding while the plan's recent rounds cost more per token than plain ones. It returns to the
 plan after a back-off of plain tokens that doubles each time the plan fails again (16, 32, ...,
-256), and probes it for ``PROBE_ROUNDS`` rounds, so a request whose text turns copyable
+256), and probes it for ``REPROBE_ROUNDS`` rounds, so a request whose text turns copyable
 (an edit reprinting its input after a preamble) finds the speculation again.
 
 Lossless: which stage plays round k depends only on the rounds before it (their committed
@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 
-PROBE_ROUNDS = 4  # plan rounds measured before the guard compares (and after each back-off)
+PROBE_ROUNDS = 4  # plan rounds measured before the guard first compares in a request
+REPROBE_ROUNDS = 2  # plan rounds measured before it compares again after a back-off (a probe of a losing plan costs)
 WINDOW_ROUNDS = 8  # the plan's cost is the sum over its last this many rounds
 FIRST_BACKOFF = 16  # plain tokens played after the plan first loses; doubles on each loss
 LAST_BACKOFF = 256
-PLAIN_PROBE = 2  # plain rounds played to measure plain decoding when no cost of it is known yet
+PLAIN_PROBE = 3  # plain rounds that measure plain decoding in each request (three: their median is one of them)
 # Lookup chains grow only where the longest chain's verify costs a token at most this share of the plan's
 # chain's (ChainGrowth). Set between the two models measured (docs/results.md, "Never slower than
 # llama.cpp"): 0.43-0.51 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
@@ -44,6 +45,7 @@ class GuardSettings:
 
     enabled: bool = True
     probe_rounds: int = PROBE_ROUNDS
+    reprobe_rounds: int = REPROBE_ROUNDS
     window_rounds: int = WINDOW_ROUNDS
     first_backoff: int = FIRST_BACKOFF
     last_backoff: int = LAST_BACKOFF
@@ -53,9 +55,13 @@ class FallbackGuard:
     """Chooses, before each round, whether the plan (``"plan"``) or plain decoding (``"plain"``) plays it.
 
     ``plain_ms`` is a prior for one plain token; measured plain rounds join it (without one, the
-    first request opens with ``PLAIN_PROBE`` plain rounds). The plain cost is kept across requests
-    (the same machine and target); the plan's window and the back-off restart with each request
-    (:meth:`start`). ``cost`` replaces a round's measured seconds: ``cost(played, seconds, tokens)``
+    plan's first ``probe_rounds`` rounds are followed by ``PLAIN_PROBE`` plain rounds, after which
+    the guard compares: a plan that wins keeps its first rounds, when a prediction or a copy may
+    commit the most). Everything restarts with each request
+    (:meth:`start`), the plain cost too: a plain token's cost grows with the context (attention reads
+    every cached row; on SmolLM2 on a 2-core Xeon 15 ms after a short prompt, 31 ms after a
+    2,000-token one), so a cost carried over from another request would compare the plan against
+    the wrong floor. ``cost`` replaces a round's measured seconds: ``cost(played, seconds, tokens)``
     (tests decide by a deterministic cost).
 
     >>> guard = FallbackGuard(plain_ms=10.0)
@@ -70,16 +76,19 @@ class FallbackGuard:
                  cost: Callable[[str, float, int], float] | None = None):
         self.settings = settings
         self.cost = cost
-        self.plain_seconds = deque(maxlen=settings.window_rounds)  # seconds per plain token, recent rounds
-        if plain_ms is not None and plain_ms > 0:
-            self.plain_seconds.append(plain_ms / 1000.0)
+        self.prior_seconds = plain_ms / 1000.0 if plain_ms is not None and plain_ms > 0 else None
         self.start()
 
     def start(self) -> None:
-        """A new request: the plan plays first, with a fresh window and the first back-off."""
+        """A new request: the plan plays first, with a fresh window, the first back-off and no plain cost
+        measured yet (only the prior, if one was given)."""
+        self.plain_seconds: deque[float] = deque(maxlen=self.settings.window_rounds)  # per plain token, recent rounds
+        if self.prior_seconds is not None:
+            self.plain_seconds.append(self.prior_seconds)
         self.window: deque[tuple[float, int]] = deque(maxlen=self.settings.window_rounds)
         self.backoff = self.settings.first_backoff
-        self.plain_tokens_left = 0 if self.plain_seconds else PLAIN_PROBE
+        self.plain_tokens_left = 0
+        self.probing_plain = False  # the plain rounds now played measure plain decoding, they are no back-off
         self.switches = 0
         self.plain_rounds = 0
 
@@ -93,8 +102,9 @@ class FallbackGuard:
 
     @property
     def plan_ms(self) -> float | None:
-        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played."""
-        if len(self.window) < self.settings.probe_rounds:
+        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played (``reprobe_rounds``
+        after a back-off)."""
+        if len(self.window) < (self.settings.reprobe_rounds if self.switches else self.settings.probe_rounds):
             return None
         return 1000.0 * sum(s for s, _ in self.window) / max(1, sum(t for _, t in self.window))
 
@@ -111,15 +121,26 @@ class FallbackGuard:
             self.plain_rounds += 1
             self.plain_seconds.append(seconds / max(1, tokens))
             self.plain_tokens_left = max(0, self.plain_tokens_left - tokens)
+            if self.probing_plain and self.plain_tokens_left == 0:
+                self.probing_plain = False
+                self._judge()  # the plan's probe is waiting for this request's plain cost
             return
         self.window.append((seconds, tokens))
-        plan, plain = self.plan_ms, self.plain_ms
-        if self.settings.enabled and plan is not None and plain is not None and plan >= plain:
+        self._judge()
+
+    def _judge(self) -> None:
+        """Back off to plain decoding if the plan's window costs more per token than plain decoding;
+        measure plain decoding first (``PLAIN_PROBE`` rounds) if this request has not yet."""
+        if not self.settings.enabled or self.plan_ms is None:
+            return
+        if self.plain_ms is None:
+            self.plain_tokens_left, self.probing_plain = PLAIN_PROBE, True
+        elif self.plan_ms >= self.plain_ms:
             self.plain_tokens_left = self.backoff
             self.backoff = min(2 * self.backoff, self.settings.last_backoff)
             self.window.clear()  # the plan is probed afresh after the back-off
             self.switches += 1
-        elif plan is not None and len(self.window) == self.settings.window_rounds:
+        elif len(self.window) == self.settings.window_rounds:
             self.backoff = self.settings.first_backoff  # a whole window paid: the next loss backs off briefly
 
 
@@ -140,13 +161,17 @@ class ChainGrowth:
     5
 
     With the target's verify cost ``verify_ms(n)`` (the profile's T(n)) chains grow only where the
-    longest chain verifies a token at most ``GROWTH_GAIN`` of what the plan's chain does:
-    T(64) / 64 <= 0.6 T(g + 1) / (g + 1). Where T(n) / n is already flat (a small model past a few
-    tokens) a longer chain buys little per accepted token and costs a wider verify per rejected one.
+    two longest chains growth reaches verify a token at most ``GROWTH_GAIN`` of what the plan's chain
+    does: T(c + 1) / (c + 1) <= 0.6 T(g + 1) / (g + 1) for both (c = 40 and 63 from g = 5). Where
+    T(n) / n is already flat (a small model past a few tokens) a longer chain buys little per accepted
+    token and costs a wider verify per rejected one.
 
     >>> flat = ChainGrowth(7, verify_ms=lambda n: 5.0 + 4.0 * n)  # T(n) / n barely falls past n = 8
     >>> flat.record(drafted=7, committed=8); flat.gamma
     7
+    >>> dip = lambda n: 0.4 * n if n == 64 else 1.0 * n  # flat, but for one fast width at the longest chain
+    >>> ChainGrowth(2, verify_ms=dip).can_grow, ChainGrowth(2, verify_ms=lambda n: 20.0 + n).can_grow
+    (False, True)
     """
 
     def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN,
@@ -154,8 +179,18 @@ class ChainGrowth:
         self.base = gamma
         self.longest = max(gamma, longest)
         self.gamma = gamma
-        per_token = None if verify_ms is None else (lambda n: verify_ms(n + 1) / (n + 1))
-        self.grows = per_token is None or per_token(self.longest) <= GROWTH_GAIN * per_token(gamma)
+        self.grows = verify_ms is None or self._long_chains_pay(verify_ms)
+
+    def _long_chains_pay(self, verify_ms: Callable[[int], float]) -> bool:
+        """The two longest chains growth reaches (doubling from gamma) verify a token at most ``GROWTH_GAIN``
+        of the plan's chain: two, so that one width where the CPU's kernels happen to be fast (SmolLM2's
+        T(64) below its T(48) on the Xeon of docs/results.md) does not make a flat curve look steep."""
+        per_token = lambda n: verify_ms(n + 1) / (n + 1)  # a chain of n drafted tokens verifies n + 1
+        reached, chain = [], self.base
+        while chain < self.longest:
+            chain = min(2 * chain, self.longest)
+            reached.append(chain)
+        return all(per_token(chain) <= GROWTH_GAIN * per_token(self.base) for chain in reached[-2:])
 
     @property
     def can_grow(self) -> bool:

@@ -46,7 +46,7 @@ class Service:
         target = runner.target
         self.context = LLAMA_CPP_CONTEXT if target.backend == "llama.cpp" else model_context(target.model.config)
         self.created = int(time.time())
-        # prediction requests play under one guard that lives across requests (its plain cost carries over):
+        # prediction requests play under one guard (each request measures its own costs):
         # the plan engine's own where it has one (requests decode one at a time), else a guard of their own
         plan_guard = getattr(runner.engine, "guard", None)
         self.guard = plan_guard or (FallbackGuard(GuardSettings()) if settings.fallback else None)

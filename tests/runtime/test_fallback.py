@@ -10,7 +10,7 @@ import torch
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.fallback import FIRST_BACKOFF, PLAIN_PROBE, FallbackGuard, GuardSettings
+from specplan.runtime.fallback import FIRST_BACKOFF, PLAIN_PROBE, PROBE_ROUNDS, REPROBE_ROUNDS, FallbackGuard, GuardSettings
 from tests.runtime.test_engine import reference_greedy
 from tests.runtime.tiny_models import tiny_llama
 
@@ -33,20 +33,33 @@ def play(guard: FallbackGuard, rounds: int, plan_seconds: float, plan_tokens: in
 
 def test_a_plan_dearer_than_plain_falls_back_and_is_probed_again_with_a_growing_backoff():
     guard = FallbackGuard(plain_ms=10.0)
-    played = play(guard, 4 + FIRST_BACKOFF + 4 + 2 * FIRST_BACKOFF + 1, plan_seconds=0.012, plan_tokens=1)
-    assert played[:4] == ["plan"] * 4  # probed, then 16 plain, probed, then 32 plain
+    played = play(guard, 4 + FIRST_BACKOFF + 2 + 2 * FIRST_BACKOFF + 1, plan_seconds=0.012, plan_tokens=1)
+    assert played[:4] == ["plan"] * 4  # probed for PROBE_ROUNDS, then 16 plain, probed for REPROBE_ROUNDS, then 32 plain
     assert played[4:4 + FIRST_BACKOFF] == ["plain"] * FIRST_BACKOFF
-    assert played[4 + FIRST_BACKOFF:8 + FIRST_BACKOFF] == ["plan"] * 4
-    assert played[8 + FIRST_BACKOFF:-1] == ["plain"] * (2 * FIRST_BACKOFF) and played[-1] == "plan"
+    assert played[4 + FIRST_BACKOFF:6 + FIRST_BACKOFF] == ["plan"] * REPROBE_ROUNDS
+    assert played[6 + FIRST_BACKOFF:-1] == ["plain"] * (2 * FIRST_BACKOFF) and played[-1] == "plan"
     assert guard.switches == 2 and guard.plain_rounds == 3 * FIRST_BACKOFF
 
 
-def test_a_plan_that_pays_is_kept_and_plain_is_measured_first_without_a_prior():
+def test_a_plan_that_pays_is_kept_and_plain_is_measured_after_its_first_rounds_in_every_request():
     guard = FallbackGuard()
     played = play(guard, 40, plan_seconds=0.03, plan_tokens=4)  # 7.5 ms a token against 10
-    assert played[:PLAIN_PROBE] == ["plain"] * PLAIN_PROBE and set(played[PLAIN_PROBE:]) == {"plan"}
-    guard.start()  # the next request keeps the measured plain cost: no probe
-    assert play(guard, 5, plan_seconds=0.03, plan_tokens=4) == ["plan"] * 5
+    assert played[:PROBE_ROUNDS] == ["plan"] * PROBE_ROUNDS  # the plan's first rounds (a prediction's best) come first
+    assert played[PROBE_ROUNDS:PROBE_ROUNDS + PLAIN_PROBE] == ["plain"] * PLAIN_PROBE
+    assert set(played[PROBE_ROUNDS + PLAIN_PROBE:]) == {"plan"} and guard.switches == 0
+    guard.start()  # the next request measures plain decoding again
+    assert play(guard, 10, plan_seconds=0.03, plan_tokens=4).count("plain") == PLAIN_PROBE
+
+
+def test_the_plain_cost_of_one_request_is_not_carried_into_the_next():
+    """Plain decoding costs more after a long prompt (attention reads the whole cache): a plan that
+    beat a 10 ms plain token there must still lose against a 5 ms one after a short prompt."""
+    guard = FallbackGuard()
+    long_prompt = play(guard, 20, plan_seconds=0.03, plan_tokens=4, plain_seconds=0.010)
+    assert guard.switches == 0 and long_prompt.count("plain") == PLAIN_PROBE
+    guard.start()
+    short_prompt = play(guard, 20, plan_seconds=0.03, plan_tokens=4, plain_seconds=0.005)
+    assert guard.switches == 1 and short_prompt[PROBE_ROUNDS + PLAIN_PROBE:] == ["plain"] * (20 - PROBE_ROUNDS - PLAIN_PROBE)
 
 
 def test_disabled_always_plays_the_plan():
@@ -66,7 +79,7 @@ def test_the_engine_under_the_guard_is_token_identical_to_plain(drafter_seed, fa
     drafter = ModelDrafter("model", tiny_llama("sdpa", seed=drafter_seed), CPU)
     guard = FallbackGuard(plain_ms=1000.0, cost=plan_costs_more_per_round)  # 1 s a plain token, as the cost says
     engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=drafter, gamma=gamma, guard=guard)
-    for _ in range(2):  # the second request starts from the measured plain cost
+    for _ in range(2):  # the second request measures plain decoding afresh
         result = engine.generate(PROMPT, 48, SamplingConfig())
         assert list(result.token_ids) == reference_greedy(target, PROMPT, 48)
         assert (result.plain_rounds > 0) == falls_back and (result.fallbacks > 0) == falls_back
