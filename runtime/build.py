@@ -254,8 +254,8 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
         return SpeculativeEngine(session, device, stop, runtime=runtime)
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
-    guard = FallbackGuard(GuardSettings()) if fallback else None  # plain's cost measured here, not the profile's
     verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)  # a lookup chain grows where T(n) / n falls
+    guard = FallbackGuard(GuardSettings(), verify_ms=verify_ms) if fallback else None  # plain's cost measured per request
     return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
                              guard=guard, verify_ms=verify_ms, fixed_chain=fixed_chain, **stage_shape_arguments(top))
 
@@ -285,8 +285,7 @@ def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], pr
     at the lengths of :func:`prediction_lengths` and, where the prediction has nothing aligned, from
     ``engine``'s own sequence drafter at its gamma (a tree stage's drafter is not used: the prediction's
     round is a chain). Built per request; no model loads. ``guard``: the fallback guard the rounds play
-    under (None: every round drafts); pass one that lives across requests, so that its measured plain
-    cost carries over (runtime/fallback.py)."""
+    under (None: every round drafts; it measures each request afresh, runtime/fallback.py)."""
     from specplan.runtime.drafters.prediction import PredictionDrafter
 
     plan_drafter = sequence_drafter(engine)

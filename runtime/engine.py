@@ -114,7 +114,8 @@ class SpeculativeEngine:
             result = stage.play(text.context, text.remaining, sampling, generator)
             stats.add(result)
             if guard is not None:
-                guard.record(played, result.draft_seconds + result.verify_seconds, len(result.chunk))
+                guard.record(played, result.draft_seconds + result.verify_seconds, len(result.chunk),
+                             result.drafted + 1, result.verify_seconds)
             if growth is not None and played == "plan":
                 growth.record(result.drafted, len(result.chunk))
             chunk = text.add(result.chunk)

@@ -37,6 +37,11 @@ PLAIN_PROBE = 3  # plain rounds that measure plain decoding in each request (thr
 # chain's (ChainGrowth). Set between the two models measured (docs/results.md, "Never slower than
 # llama.cpp"): 0.43-0.51 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
 GROWTH_GAIN = 0.6
+# No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
+# plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):
+# an aligned prediction or copy commits tens of tokens a round, and a plain round then only costs. Half,
+# so that the estimate may be off by 2x (the profile's curve from another CPU) and the plan still pays.
+SURE_WIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,11 @@ class FallbackGuard:
     """
 
     def __init__(self, settings: GuardSettings = GuardSettings(), plain_ms: float | None = None,
-                 cost: Callable[[str, float, int], float] | None = None):
+                 cost: Callable[[str, float, int], float] | None = None,
+                 verify_ms: Callable[[int], float] | None = None):
         self.settings = settings
         self.cost = cost
+        self.verify_ms = verify_ms  # the profile's T(n): what a round of n verified tokens costs in plain tokens
         self.prior_seconds = plain_ms / 1000.0 if plain_ms is not None and plain_ms > 0 else None
         self.start()
 
@@ -86,6 +93,7 @@ class FallbackGuard:
         if self.prior_seconds is not None:
             self.plain_seconds.append(self.prior_seconds)
         self.window: deque[tuple[float, int]] = deque(maxlen=self.settings.window_rounds)
+        self.estimates: deque[float] = deque(maxlen=self.settings.window_rounds)  # plain s/token, from plan verifies
         self.backoff = self.settings.first_backoff
         self.plain_tokens_left = 0
         self.probing_plain = False  # the plain rounds now played measure plain decoding, they are no back-off
@@ -113,8 +121,9 @@ class FallbackGuard:
             return "plan"
         return "plain" if self.plain_tokens_left > 0 else "plan"
 
-    def record(self, played: str, seconds: float, tokens: int) -> None:
-        """What the round ``played`` cost (draft and verify seconds) and committed (bonus included)."""
+    def record(self, played: str, seconds: float, tokens: int, verified: int = 0, verify_seconds: float = 0.0) -> None:
+        """What the round ``played`` cost (draft and verify seconds) and committed (bonus included);
+        ``verified`` tokens (root included) took ``verify_seconds`` of it (0: not known)."""
         if self.cost is not None:
             seconds = self.cost(played, seconds, tokens)
         if played == "plain":
@@ -126,7 +135,15 @@ class FallbackGuard:
                 self._judge()  # the plan's probe is waiting for this request's plain cost
             return
         self.window.append((seconds, tokens))
+        if self.verify_ms is not None and verified > 0 and verify_seconds > 0:
+            self.estimates.append(verify_seconds * self.verify_ms(1) / self.verify_ms(verified))
         self._judge()
+
+    def sure_win(self) -> bool:
+        """The plan's window costs at most ``SURE_WIN`` of plain decoding as its own verifies estimate it."""
+        if not self.estimates or self.plan_ms is None:
+            return False
+        return self.plan_ms <= SURE_WIN * 1000.0 * sum(self.estimates) / len(self.estimates)
 
     def _judge(self) -> None:
         """Back off to plain decoding if the plan's window costs more per token than plain decoding;
@@ -134,7 +151,8 @@ class FallbackGuard:
         if not self.settings.enabled or self.plan_ms is None:
             return
         if self.plain_ms is None:
-            self.plain_tokens_left, self.probing_plain = PLAIN_PROBE, True
+            if not self.sure_win():  # else plain decoding is measured only once the plan stops winning by far
+                self.plain_tokens_left, self.probing_plain = PLAIN_PROBE, True
         elif self.plan_ms >= self.plain_ms:
             self.plain_tokens_left = self.backoff
             self.backoff = min(2 * self.backoff, self.settings.last_backoff)

@@ -45,7 +45,7 @@ class RoundResult:
     draft_seconds: float
     verify_seconds: float
     verifier_probs: torch.Tensor | None = None  # [len(chunk), vocab] float32
-    drafted: int = 0  # draft tokens a sequence round's verifier checked (the root not counted)
+    drafted: int = 0  # draft tokens (chain tokens or tree nodes) the round's verifier checked, the root not counted
 
 
 @dataclass
@@ -58,7 +58,7 @@ class StageStats:
     committed: int = 0  # tokens committed by the verifier's rounds, bonus included
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    drafted: int = 0  # draft tokens sequence rounds put before the verifier (RoundResult.drafted)
+    drafted: int = 0  # draft tokens the rounds put before the verifier (RoundResult.drafted)
 
     def add(self, result: RoundResult) -> None:
         self.verify_forwards += 1
@@ -213,7 +213,7 @@ class StageRunner:
         self._keep(past, folded, result.kept_nodes)
         rows = probs[list(result.kept_nodes)] if want_probs and probs is not None else None
         return RoundResult(result.committed_tokens(tree), verify_start - draft_start,
-                           now(self.verifier.device) - verify_start, rows)
+                           now(self.verifier.device) - verify_start, rows, tree.num_nodes - 1)
 
     def _sequence_round(self, committed, remaining, sampling, generator, want_probs) -> RoundResult:
         budget = min(self.gamma, remaining - 1)

@@ -51,6 +51,27 @@ def test_a_plan_that_pays_is_kept_and_plain_is_measured_after_its_first_rounds_i
     assert play(guard, 10, plan_seconds=0.03, plan_tokens=4).count("plain") == PLAIN_PROBE
 
 
+def test_a_plan_that_wins_by_far_on_its_own_verifies_plays_no_plain_round():
+    """An aligned prediction: 40 tokens a round from a 64-token verify costing 10 plain tokens (the
+    profile's T(64) = 10 T(1)). Its own verifies put a plain token at 10 ms against its 2.5 ms a
+    token: no plain round is played to measure it. A plan at half that margin measures plain first."""
+    def rounds(guard: FallbackGuard, tokens: int) -> list[str]:
+        guard.start()
+        played = []
+        for _ in range(12):
+            played.append(guard.choose())
+            if played[-1] == "plain":
+                guard.record("plain", 0.01, 1)
+            else:
+                guard.record("plan", 0.1, tokens, verified=64, verify_seconds=0.1)
+        return played
+
+    curve = lambda n: 10.0 if n == 64 else 1.0  # T(1) = 1, T(64) = 10, in any unit
+    assert rounds(FallbackGuard(verify_ms=curve), 40) == ["plan"] * 12
+    assert rounds(FallbackGuard(verify_ms=curve), 12).count("plain") == PLAIN_PROBE  # 8.3 ms a token: measure plain
+    assert rounds(FallbackGuard(), 40).count("plain") == PLAIN_PROBE  # no curve, no estimate
+
+
 def test_the_plain_cost_of_one_request_is_not_carried_into_the_next():
     """Plain decoding costs more after a long prompt (attention reads the whole cache): a plan that
     beat a 10 ms plain token there must still lose against a 5 ms one after a short prompt."""
