@@ -5,10 +5,12 @@ decoding, whichever the request's own measured cost per committed token says is 
 The plan was solved from calibration prompts; a request may not be like them (a chat prompt
 under a plan calibrated on edits: the lookup drafts, the target rejects, every round verifies
 1 + gamma tokens to commit one). The guard keeps two running costs within each request, seconds
-per committed token of the plan's rounds (draft and verify) and of plain rounds (one token each), and plays plain
-decoding while the plan's recent rounds cost more per token than plain ones. It returns to the
+per committed token of the plan's rounds (draft and verify) and of plain rounds (one token each),
+and plays plain decoding while the plan's recent rounds cost more per token than plain ones. Plain
+decoding is measured by a few plain rounds after the plan's first rounds, unless the plan's own
+verifies, scaled by the profile's T(1) / T(n), show it winning by far (``SURE_WIN``). It returns to the
 plan after a back-off of plain tokens that doubles each time the plan fails again (16, 32, ...,
-256), and probes it for ``REPROBE_ROUNDS`` rounds, so a request whose text turns copyable
+256), and probes it for ``PROBE_ROUNDS`` rounds, so a request whose text turns copyable
 (an edit reprinting its input after a preamble) finds the speculation again.
 
 Lossless: which stage plays round k depends only on the rounds before it (their committed
@@ -27,15 +29,14 @@ from dataclasses import dataclass
 
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 
-PROBE_ROUNDS = 4  # plan rounds measured before the guard first compares in a request
-REPROBE_ROUNDS = 2  # plan rounds measured before it compares again after a back-off (a probe of a losing plan costs)
+PROBE_ROUNDS = 4  # plan rounds measured before the guard compares (and after each back-off)
 WINDOW_ROUNDS = 8  # the plan's cost is the sum over its last this many rounds
 FIRST_BACKOFF = 16  # plain tokens played after the plan first loses; doubles on each loss
 LAST_BACKOFF = 256
 PLAIN_PROBE = 3  # plain rounds that measure plain decoding in each request (three: their median is one of them)
-# Lookup chains grow only where the longest chain's verify costs a token at most this share of the plan's
+# Lookup chains grow only where the longest chains' verifies cost a token at most this share of the plan's
 # chain's (ChainGrowth). Set between the two models measured (docs/results.md, "Never slower than
-# llama.cpp"): 0.43-0.51 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
+# llama.cpp"): 0.43-0.52 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
 GROWTH_GAIN = 0.6
 # No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
 # plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):
@@ -50,7 +51,6 @@ class GuardSettings:
 
     enabled: bool = True
     probe_rounds: int = PROBE_ROUNDS
-    reprobe_rounds: int = REPROBE_ROUNDS
     window_rounds: int = WINDOW_ROUNDS
     first_backoff: int = FIRST_BACKOFF
     last_backoff: int = LAST_BACKOFF
@@ -62,8 +62,8 @@ class FallbackGuard:
     ``plain_ms`` is a prior for one plain token; measured plain rounds join it (without one, the
     plan's first ``probe_rounds`` rounds are followed by ``PLAIN_PROBE`` plain rounds, after which
     the guard compares: a plan that wins keeps its first rounds, when a prediction or a copy may
-    commit the most). Everything restarts with each request
-    (:meth:`start`), the plain cost too: a plain token's cost grows with the context (attention reads
+    commit the most; with ``verify_ms``, the profile's T(n), none while the plan wins by far). Everything
+    restarts with each request (:meth:`start`), the plain cost too: a plain token's cost grows with the context (attention reads
     every cached row; on SmolLM2 on a 2-core Xeon 15 ms after a short prompt, 31 ms after a
     2,000-token one), so a cost carried over from another request would compare the plan against
     the wrong floor. ``cost`` replaces a round's measured seconds: ``cost(played, seconds, tokens)``
@@ -110,9 +110,8 @@ class FallbackGuard:
 
     @property
     def plan_ms(self) -> float | None:
-        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played (``reprobe_rounds``
-        after a back-off)."""
-        if len(self.window) < (self.settings.reprobe_rounds if self.switches else self.settings.probe_rounds):
+        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played."""
+        if len(self.window) < self.settings.probe_rounds:
             return None
         return 1000.0 * sum(s for s, _ in self.window) / max(1, sum(t for _, t in self.window))
 

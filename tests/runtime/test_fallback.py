@@ -10,7 +10,7 @@ import torch
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.fallback import FIRST_BACKOFF, PLAIN_PROBE, PROBE_ROUNDS, REPROBE_ROUNDS, FallbackGuard, GuardSettings
+from specplan.runtime.fallback import FIRST_BACKOFF, PLAIN_PROBE, PROBE_ROUNDS, FallbackGuard, GuardSettings
 from tests.runtime.test_engine import reference_greedy
 from tests.runtime.tiny_models import tiny_llama
 
@@ -33,11 +33,11 @@ def play(guard: FallbackGuard, rounds: int, plan_seconds: float, plan_tokens: in
 
 def test_a_plan_dearer_than_plain_falls_back_and_is_probed_again_with_a_growing_backoff():
     guard = FallbackGuard(plain_ms=10.0)
-    played = play(guard, 4 + FIRST_BACKOFF + 2 + 2 * FIRST_BACKOFF + 1, plan_seconds=0.012, plan_tokens=1)
-    assert played[:4] == ["plan"] * 4  # probed for PROBE_ROUNDS, then 16 plain, probed for REPROBE_ROUNDS, then 32 plain
+    played = play(guard, 4 + FIRST_BACKOFF + 4 + 2 * FIRST_BACKOFF + 1, plan_seconds=0.012, plan_tokens=1)
+    assert played[:4] == ["plan"] * 4  # probed, then 16 plain, probed, then 32 plain
     assert played[4:4 + FIRST_BACKOFF] == ["plain"] * FIRST_BACKOFF
-    assert played[4 + FIRST_BACKOFF:6 + FIRST_BACKOFF] == ["plan"] * REPROBE_ROUNDS
-    assert played[6 + FIRST_BACKOFF:-1] == ["plain"] * (2 * FIRST_BACKOFF) and played[-1] == "plan"
+    assert played[4 + FIRST_BACKOFF:8 + FIRST_BACKOFF] == ["plan"] * 4
+    assert played[8 + FIRST_BACKOFF:-1] == ["plain"] * (2 * FIRST_BACKOFF) and played[-1] == "plan"
     assert guard.switches == 2 and guard.plain_rounds == 3 * FIRST_BACKOFF
 
 
