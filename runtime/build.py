@@ -254,10 +254,21 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
         return SpeculativeEngine(session, device, stop, runtime=runtime)
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)
     top = plan.stages[-1]
-    verify_ms = latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)  # a lookup chain grows where T(n) / n falls
-    guard = FallbackGuard(GuardSettings(), verify_ms=verify_ms) if fallback else None  # plain's cost measured per request
+    verify_ms = target_verify_ms(profile)  # a lookup chain grows where T(n) / n falls
+    guard = fallback_guard(profile) if fallback else None
     return SpeculativeEngine(session, device, stop, drafter, names=(top.drafter, top.verifier), runtime=runtime,
                              guard=guard, verify_ms=verify_ms, fixed_chain=fixed_chain, **stage_shape_arguments(top))
+
+
+def target_verify_ms(profile: Profile):
+    """The profile's T(n) of the target up to the longest lookup chain's verify (None without a curve)."""
+    return latency_table(profile.target, None, LONGEST_LOOKUP_CHAIN + 1)
+
+
+def fallback_guard(profile: Profile) -> FallbackGuard:
+    """A fallback guard that measures plain decoding per request and reads the profile's T(n) ratios
+    to skip that measurement while the plan wins by far (runtime/fallback.py)."""
+    return FallbackGuard(GuardSettings(), verify_ms=target_verify_ms(profile))
 
 
 def sequence_drafter(engine: SpeculativeEngine):

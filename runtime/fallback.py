@@ -96,7 +96,6 @@ class FallbackGuard:
         self.estimates: deque[float] = deque(maxlen=self.settings.window_rounds)  # plain s/token, from plan verifies
         self.backoff = self.settings.first_backoff
         self.plain_tokens_left = 0
-        self.probing_plain = False  # the plain rounds now played measure plain decoding, they are no back-off
         self.switches = 0
         self.plain_rounds = 0
 
@@ -129,9 +128,8 @@ class FallbackGuard:
             self.plain_rounds += 1
             self.plain_seconds.append(seconds / max(1, tokens))
             self.plain_tokens_left = max(0, self.plain_tokens_left - tokens)
-            if self.probing_plain and self.plain_tokens_left == 0:
-                self.probing_plain = False
-                self._judge()  # the plan's probe is waiting for this request's plain cost
+            if self.plain_tokens_left == 0:
+                self._judge()  # after the plain probe the plan's window waits for it (a back-off cleared it)
             return
         self.window.append((seconds, tokens))
         if self.verify_ms is not None and verified > 0 and verify_seconds > 0:
@@ -151,7 +149,7 @@ class FallbackGuard:
             return
         if self.plain_ms is None:
             if not self.sure_win():  # else plain decoding is measured only once the plan stops winning by far
-                self.plain_tokens_left, self.probing_plain = PLAIN_PROBE, True
+                self.plain_tokens_left = PLAIN_PROBE
         elif self.plan_ms >= self.plain_ms:
             self.plain_tokens_left = self.backoff
             self.backoff = min(2 * self.backoff, self.settings.last_backoff)

@@ -11,12 +11,10 @@ import uuid
 from dataclasses import dataclass
 
 from specplan.models.chat import encode_messages
-from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine
+from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine, fallback_guard
 from specplan.runtime.context import draft_width, model_context
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.fallback import FallbackGuard, GuardSettings
-from specplan.planner.latency import latency_table
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.serve.metrics import ServeMetrics
 from specplan.serve.schema import ChatRequest, Common, CompletionRequest, ServeError
@@ -50,8 +48,7 @@ class Service:
         # prediction requests play under one guard (each request measures its own costs):
         # the plan engine's own where it has one (requests decode one at a time), else a guard of their own
         plan_guard = getattr(runner.engine, "guard", None)
-        verify_ms = latency_table(runner.profile.target, None, LONGEST_LOOKUP_CHAIN + 1)
-        self.guard = plan_guard or (FallbackGuard(GuardSettings(), verify_ms=verify_ms) if settings.fallback else None)
+        self.guard = plan_guard or (fallback_guard(runner.profile) if settings.fallback else None)
 
     # requests -> jobs
 

@@ -18,8 +18,10 @@ CPU = torch.device("cpu")
 PROMPT = [1, 5, 9, 5, 9, 5, 9, 12]
 
 
-def play(guard: FallbackGuard, rounds: int, plan_seconds: float, plan_tokens: int, plain_seconds: float = 0.01):
-    """``rounds`` rounds as the guard chooses them; returns what played each."""
+def play(guard: FallbackGuard, rounds: int, plan_seconds: float, plan_tokens: int, plain_seconds: float = 0.01,
+         plan_verified: int = 0):
+    """``rounds`` rounds as the guard chooses them; returns what played each. ``plan_verified``: tokens
+    each plan round verified, all of its seconds (0: not reported)."""
     played = []
     for _ in range(rounds):
         choice = guard.choose()
@@ -27,7 +29,7 @@ def play(guard: FallbackGuard, rounds: int, plan_seconds: float, plan_tokens: in
         if choice == "plain":
             guard.record("plain", plain_seconds, 1)
         else:
-            guard.record("plan", plan_seconds, plan_tokens)
+            guard.record("plan", plan_seconds, plan_tokens, plan_verified, plan_seconds if plan_verified else 0.0)
     return played
 
 
@@ -55,21 +57,10 @@ def test_a_plan_that_wins_by_far_on_its_own_verifies_plays_no_plain_round():
     """An aligned prediction: 40 tokens a round from a 64-token verify costing 10 plain tokens (the
     profile's T(64) = 10 T(1)). Its own verifies put a plain token at 10 ms against its 2.5 ms a
     token: no plain round is played to measure it. A plan at half that margin measures plain first."""
-    def rounds(guard: FallbackGuard, tokens: int) -> list[str]:
-        guard.start()
-        played = []
-        for _ in range(12):
-            played.append(guard.choose())
-            if played[-1] == "plain":
-                guard.record("plain", 0.01, 1)
-            else:
-                guard.record("plan", 0.1, tokens, verified=64, verify_seconds=0.1)
-        return played
-
     curve = lambda n: 10.0 if n == 64 else 1.0  # T(1) = 1, T(64) = 10, in any unit
-    assert rounds(FallbackGuard(verify_ms=curve), 40) == ["plan"] * 12
-    assert rounds(FallbackGuard(verify_ms=curve), 12).count("plain") == PLAIN_PROBE  # 8.3 ms a token: measure plain
-    assert rounds(FallbackGuard(), 40).count("plain") == PLAIN_PROBE  # no curve, no estimate
+    assert play(FallbackGuard(verify_ms=curve), 12, 0.1, 40, plan_verified=64) == ["plan"] * 12
+    assert play(FallbackGuard(verify_ms=curve), 12, 0.1, 12, plan_verified=64).count("plain") == PLAIN_PROBE  # 8.3 ms a token
+    assert play(FallbackGuard(), 12, 0.1, 40, plan_verified=64).count("plain") == PLAIN_PROBE  # no curve, no estimate
 
 
 def test_the_plain_cost_of_one_request_is_not_carried_into_the_next():
