@@ -13,6 +13,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--alias", default="specplan", help="the model name clients send (default: specplan)")
     parser.add_argument("--queue", type=integer(1, 4096), default=16,
                         help="requests that may wait while one decodes; beyond them 429 (default 16)")
+    parser.add_argument("--parallel", "-np", type=integer(1, 128), default=1,
+                        help="requests decoded at once, their rounds in one llama.cpp batch (llama-server's -np; "
+                             "default 1: one at a time); needs a static plan with fast numerics")
     parser.add_argument("--threads", type=integer(0, 1024), default=0,
                         help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
     parser.add_argument("--no-fallback", action="store_true",
@@ -32,6 +35,7 @@ def command(args) -> int:
     if not args.alias.strip():
         raise SpecplanError("--alias is empty; give the model name clients should send")
     bind(Address(args.host, args.port)).close()  # a taken port fails before the weights load
-    runner = Runner.open(args.plan, force=args.force, threads=args.threads, fallback=not args.no_fallback)
-    settings = ServeSettings(args.alias, args.queue, not args.no_fallback)
+    runner = Runner.open(args.plan, force=args.force, threads=args.threads, fallback=not args.no_fallback,
+                         parallel=args.parallel)
+    settings = ServeSettings(args.alias, args.queue, not args.no_fallback, args.parallel)
     return serve(runner.plan_runner, settings, Address(args.host, args.port), args.log_level)

@@ -3,8 +3,9 @@
 
 Servers (``--servers``, comma-separated):
 
-- ``serve``: ``specplan serve PLAN``; ``serve-prediction``: the same server, each edit request sending the
-  function it asks to edit as OpenAI's ``prediction`` (humaneval-edit only);
+- ``serve``: ``specplan serve PLAN --parallel C`` at concurrency C (the requests' rounds decoded together);
+  ``serve-turns``: ``--parallel 1`` (one request at a time); ``serve-prediction``: ``serve`` with each edit
+  request sending the function it asks to edit as OpenAI's ``prediction`` (humaneval-edit only);
 - ``llama-server``: plain decoding (``--spec-type none``); ``llama-server-draft``: its ``draft-simple`` with the
   profile's ``model:`` drafter at llama.cpp's defaults; ``llama-server-ngram``: ``ngram-simple`` at its defaults;
 - ``exported``: the command ``specplan export PLAN --engine llama.cpp`` prints, as printed (plus the address,
@@ -52,9 +53,9 @@ START = re.compile(r"at (http://\S+/v1);")
 class SpecplanServer:
     """``specplan serve PLAN`` on a free port, stopped by SIGTERM."""
 
-    def __init__(self, plan: Path, threads: int):
+    def __init__(self, plan: Path, threads: int, parallel: int = 1):
         command = [str(Path(sys.executable).parent / "specplan"), "serve", str(plan), "--port", "0",
-                   "--threads", str(threads), "--queue", "64"]
+                   "--threads", str(threads), "--queue", "64", "--parallel", str(parallel)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         match = START.search(line)
@@ -169,8 +170,8 @@ def main() -> int:
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
             print(f"{name} at concurrency {concurrency}: {len(prompts)} {args.workload} prompts x {args.max_tokens}",
                   flush=True)
-            if name.startswith("serve"):
-                server = SpecplanServer(args.plan, args.threads)
+            if name.startswith("serve"):  # serve-turns: one request at a time whatever the concurrency
+                server = SpecplanServer(args.plan, args.threads, 1 if name == "serve-turns" else concurrency)
             else:
                 server = PeerServer(peer_arguments(name, args.plan, profile), target, args.threads, concurrency, repack)
             try:

@@ -59,6 +59,8 @@ def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_f
     the output (docs/backends.md, "What lossless means here")."""
     from specplan.runtime.llama_cpp_session import LlamaCppSession
 
+    if target.sessions is not None:  # several requests decode together (runtime/llama_cpp_shared.py)
+        return target.sessions(gguf, exact)
     return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact,
                            wide_from=wide_from)
 

@@ -165,12 +165,12 @@ class TreeLayout:
         raise ValueError(f"nodes {nodes} are not a root-to-leaf path of the last tree extend")
 
 
-def node_sequence_ids(parents: Sequence[int], paths: list[list[int]]) -> list[list[int]]:
-    """For every node, the sequence ids (path p has id p + 1) of the paths through it."""
+def node_sequence_ids(parents: Sequence[int], paths: list[list[int]], committed: int = COMMITTED) -> list[list[int]]:
+    """For every node, the sequence ids (path p has id ``committed + 1 + p``) of the paths through it."""
     ids: list[list[int]] = [[] for _ in parents]
     for index, path in enumerate(paths):
         for node in path:
-            ids[node].append(COMMITTED + 1 + index)
+            ids[node].append(committed + 1 + index)
     return ids
 
 
@@ -227,15 +227,11 @@ class LlamaCppSession(Session):
             raise SpecplanError(f"n_ctx ({n_ctx}) and max_tree_paths ({max_tree_paths}) must be at least 1")
         self.model_path = Path(model_path)
         self.max_tree_paths = max_tree_paths
+        self.committed = COMMITTED  # this session's sequence ids: committed, committed + 1 + path
         self.junk_sequence = max_tree_paths + 1
+        self.keeps_order = True  # sequence 0's cells stay in position order (junk, compaction)
         self.threads = threads or os.cpu_count() or 1
         self.exact = exact
-        self.device = torch.device("cpu")
-        self.cached: list[int] = []
-        self.forwards = 0
-        self.forward_seconds = 0.0
-        self.compactions = 0  # times sequence 0 was compacted to make room
-        self.copies = 0  # times sequence 0 was copied between this context and the wide one
         self._model = self._context = self._batch = self._wide = None
         self._model = load_model(self._llama, self.model_path, exact)
         self._context = self._new_context(n_ctx)
@@ -243,12 +239,8 @@ class LlamaCppSession(Session):
         self._batch = self._llama.llama_batch_init(BATCH, 0, max_tree_paths + 2)
         self._vocab = self._llama.llama_model_get_vocab(self._model)
         self._vocab_size = self._llama.llama_vocab_n_tokens(self._vocab)
-        self._views: dict[tuple[int, int], np.ndarray] = {}  # see _logits_view
         self.n_ctx = self._llama.llama_n_ctx(self._context)
-        self._tree: TreeLayout | None = None  # the last tree extend, until keep or trim
-        self._junk = 0  # cells held by the junk sequence
-        self._held = 0  # how many of ``cached`` this context's sequence 0 holds (fewer after a wide extend)
-        self._state_buffer = StateBuffer()
+        self._start_bookkeeping()
         self.wide_from = wide_from if wide_from > 0 and repacks_weights(exact) else 0
         if self.wide_from:
             try:
@@ -257,6 +249,20 @@ class LlamaCppSession(Session):
             except ModelError:
                 self.close()
                 raise
+
+    def _start_bookkeeping(self) -> None:
+        """The state of an empty cache: nothing cached, counted, pending or held."""
+        self.device = torch.device("cpu")
+        self.cached: list[int] = []
+        self.forwards = 0
+        self.forward_seconds = 0.0
+        self.compactions = 0  # times sequence 0 was compacted to make room
+        self.copies = 0  # times sequence 0 was copied between this context and the wide one
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # see _logits_view
+        self._tree: TreeLayout | None = None  # the last tree extend, until keep or trim
+        self._junk = 0  # cells held by the junk sequence
+        self._held = 0  # how many of ``cached`` this context's sequence 0 holds (fewer after a wide extend)
+        self._state_buffer = StateBuffer()
 
     def _new_context(self, n_ctx: int):
         """A context with one unified cache for ``max_tree_paths + 2`` sequences (see :func:`context_params`)."""
@@ -311,7 +317,7 @@ class LlamaCppSession(Session):
     def reset(self) -> None:
         """Empty the cache: every sequence's cells are freed."""
         self._check_open()
-        self._llama.llama_memory_clear(self._memory, True)
+        self._clear_cache()
         if self._wide is not None:
             self._wide.clear()
         self.cached = []
@@ -361,7 +367,7 @@ class LlamaCppSession(Session):
         if tree is None:
             self._drop_path_sequences()
             positions = [past + index for index in range(len(tokens))]
-            sequence_ids = [[COMMITTED]] * len(tokens)
+            sequence_ids = [[self.committed]] * len(tokens)
         else:
             positions, sequence_ids = self._prepare_tree(tree, past, len(tokens))
         rows = self._decode(context, tokens, positions, sequence_ids, read)
@@ -402,13 +408,14 @@ class LlamaCppSession(Session):
         junk sequence, and drop the path sequences (freeing the rejected cells above it)."""
         tree = self._tree
         if nodes:
-            sequence = COMMITTED + 1 + tree.path_starting_with(nodes)
-            self._llama.llama_memory_seq_cp(self._memory, sequence, COMMITTED, past, past + len(nodes))
+            sequence = self.committed + 1 + tree.path_starting_with(nodes)
+            self._llama.llama_memory_seq_cp(self._memory, sequence, self.committed, past, past + len(nodes))
         kept = set(nodes)
-        for node in range(nodes[-1] if nodes else 0):  # a tree's cells sit in node order
+        below = nodes[-1] if nodes and self.keeps_order else 0
+        for node in range(below):  # a tree's cells sit in node order
             if node not in kept:
                 position = past + tree.depths[node]
-                sequence = COMMITTED + 1 + tree.path_of_node[node]
+                sequence = self.committed + 1 + tree.path_of_node[node]
                 self._llama.llama_memory_seq_cp(self._memory, sequence, self.junk_sequence, position, position + 1)
                 self._junk += 1
         self._drop_path_sequences()
@@ -433,7 +440,7 @@ class LlamaCppSession(Session):
     def _drop_committed_from(self, length: int) -> None:
         """Free sequence 0's cells from position ``length`` on, in both contexts."""
         if length < self._held:
-            self._llama.llama_memory_seq_rm(self._memory, COMMITTED, length, -1)
+            self._llama.llama_memory_seq_rm(self._memory, self.committed, length, -1)
             self._held = length
         if self._wide is not None:
             self._wide.trim(length)
@@ -495,16 +502,20 @@ class LlamaCppSession(Session):
                                 f"holds {self.max_tree_paths}; raise max_tree_paths")
         self._drop_path_sequences()
         for index in range(len(layout.paths)):
-            self._llama.llama_memory_seq_cp(self._memory, COMMITTED, COMMITTED + 1 + index, -1, -1)
+            self._llama.llama_memory_seq_cp(self._memory, self.committed, self.committed + 1 + index, -1, -1)
         self._tree = layout
-        return [past + depth for depth in layout.depths], node_sequence_ids(parents, layout.paths)
+        return [past + depth for depth in layout.depths], node_sequence_ids(parents, layout.paths, self.committed)
 
     def _drop_path_sequences(self) -> None:
         """Remove every path sequence (ids 1 ..): cells no sequence holds any more are freed."""
         if self._tree is not None:
             for index in range(len(self._tree.paths)):
-                self._llama.llama_memory_seq_rm(self._memory, COMMITTED + 1 + index, -1, -1)
+                self._llama.llama_memory_seq_rm(self._memory, self.committed + 1 + index, -1, -1)
         self._tree = None
+
+    def _clear_cache(self) -> None:
+        """Free every cell of the cache (the context is this session's alone)."""
+        self._llama.llama_memory_clear(self._memory, True)
 
     def _decode(self, context, tokens: list[int], positions: list[int], sequence_ids: list[list[int]], read=None):
         """llama_decode the tokens in BATCH-sized pieces in ``context`` (the session's own, or its
@@ -556,7 +567,7 @@ class LlamaCppSession(Session):
     def _fail_decode(self, status: int, first: int, context) -> None:
         """Undo what a failed extend left in the cache of ``context`` and raise a one-line SpecplanError."""
         self._drop_path_sequences()
-        self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(context), COMMITTED, len(self.cached), -1)
+        self._llama.llama_memory_seq_rm(self._llama.llama_get_memory(context), self.committed, len(self.cached), -1)
         reason = "no free cache cells; raise n_ctx" if status == 1 else "set verbose=True to see llama.cpp's reason"
         raise SpecplanError(f"llama_decode failed with status {status} at token {first} of the extend: {reason}")
 

@@ -135,14 +135,18 @@ class PlanRunner:
     plain: SpeculativeEngine
     device: torch.device
     runtime: RuntimeMode = EAGER
+    fallback: bool = True
 
     @classmethod
     def open(cls, plan: Plan, profile: Profile, profile_path: Path, force: bool = False,
-             runtime: RuntimeMode | None = None, threads: int = 0, fallback: bool = True) -> "PlanRunner":
+             runtime: RuntimeMode | None = None, threads: int = 0, fallback: bool = True,
+             sessions=None) -> "PlanRunner":
         """``runtime`` None: the one the profile measured (its target's ``mode``), so the plan's
         predictions hold; another one runs with a warning that they assume the profiled one.
         The plan runs on its profile's backend (``profile.backend``); ``threads``: llama.cpp's (0: every core);
-        ``fallback``: plain decoding plays the rounds where the plan stops paying (runtime/fallback.py)."""
+        ``fallback``: plain decoding plays the rounds where the plan stops paying (runtime/fallback.py);
+        ``sessions``: where llama.cpp sessions come from (runtime/llama_cpp_shared.py ``SharedModels``:
+        slots of contexts that several requests share), None: each loads its own."""
         quiet_transformers()
         runtime = runtime if runtime is not None else profiled_runtime(profile)
         kind = profile.device.kind
@@ -150,7 +154,7 @@ class PlanRunner:
         check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
         if profile.backend == "llama.cpp":
             target = replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
-                             wide_from=wide_verify_width(plan, profile))
+                             wide_from=0 if sessions else wide_verify_width(plan, profile), sessions=sessions)
         else:
             target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_weights(profile, target.fingerprint, force)
@@ -167,7 +171,15 @@ class PlanRunner:
         # llama.cpp: plain decoding shares the engine's target session (each generate resets it)
         plain_target = engine.target if target.backend == "llama.cpp" else target.model
         plain = SpeculativeEngine(plain_target, device, engine.eos_ids, runtime=runtime)
-        return cls(plan, profile, target, engine, plain, device, runtime)
+        return cls(plan, profile, target, engine, plain, device, runtime, fallback)
+
+    def slot_engines(self, count: int) -> list[SpeculativeEngine]:
+        """``count`` engines of the plan for requests decoded at once: the runner's own, then new ones
+        whose sessions the target's session source gives (each a slot of a shared llama.cpp context)."""
+        if count > 1 and (self.target.sessions is None or self.plan.adaptive is not None):
+            raise ValueError("several engines need a static llama.cpp plan opened with a session source")
+        return [self.engine] + [build_engine(self.plan, self.profile, self.target, self.device, self.runtime,
+                                             fallback=self.fallback) for _ in range(count - 1)]
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  plain: bool = False, stream: bool = False) -> GenerationResult:

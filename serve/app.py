@@ -140,7 +140,7 @@ def build_app(service: Service) -> Starlette:
         return JSONResponse(service.models())
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "active": int(service.worker.busy),
+        return JSONResponse({"status": "ok", "active": service.worker.active,
                              "queued": service.worker.jobs.qsize()})
 
     async def metrics(request: Request) -> Response:

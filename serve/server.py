@@ -52,7 +52,12 @@ def start_line(service: Service, sock: socket.socket) -> str:
     where = f"[{host}]" if ":" in host else host
     return (f"specplan serve: {plan.summary()} on {service.runner.backend}, model `{service.settings.alias}` at "
             f"http://{where}:{port}/v1; predicted {plan.predicted.tokens_per_s:.1f} tok/s, {floor_phrase(plan)}; "
-            f"{service.settings.queue_size} requests may wait")
+            f"{decoding(service.settings.parallel)}, {service.settings.queue_size} more may wait")
+
+
+def decoding(parallel: int) -> str:
+    return "one request decodes at a time" if parallel == 1 else f"{parallel} requests decode together"
+
 
 
 def serve(runner, settings: ServeSettings, address: Address, log_level: str = "warning") -> int:

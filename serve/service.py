@@ -31,6 +31,7 @@ class ServeSettings:
     alias: str = "specplan"
     queue_size: int = 16
     fallback: bool = True
+    parallel: int = 1  # requests decoded together (their rounds share each forward; runtime/llama_cpp_shared.py)
 
 
 class Service:
@@ -41,14 +42,16 @@ class Service:
         self.settings = settings
         self.metrics = ServeMetrics()
         self.tokenizer = runner.target.tokenizer
-        self.worker = Worker(runner, self.metrics, settings.queue_size, self._engine_for)
+        engines = runner.slot_engines(settings.parallel)
+        batcher = runner.target.sessions.batcher if settings.parallel > 1 else None
+        self.worker = Worker(runner, self.metrics, settings.queue_size, self._engine_for, engines, batcher)
         target = runner.target
         self.context = LLAMA_CPP_CONTEXT if target.backend == "llama.cpp" else model_context(target.model.config)
         self.created = int(time.time())
-        # prediction requests play under one guard (each request measures its own costs):
-        # the plan engine's own where it has one (requests decode one at a time), else a guard of their own
-        plan_guard = getattr(runner.engine, "guard", None)
-        self.guard = plan_guard or (fallback_guard(runner.profile) if settings.fallback else None)
+        # a slot's prediction requests play under one guard (each request measures its own costs): the slot
+        # engine's own where it has one (a slot decodes one request at a time), else one of their own
+        self.guards = {id(engine): getattr(engine, "guard", None) or
+                       (fallback_guard(runner.profile) if settings.fallback else None) for engine in engines}
 
     # requests -> jobs
 
@@ -106,12 +109,12 @@ class Service:
         per_request = worker.seconds / worker.done if worker.done else 1.0
         return max(1, math.ceil(min(per_request, 60.0)))
 
-    def _engine_for(self, job: Job):
-        engine = self.runner.engine
+    def _engine_for(self, job: Job, engine):
+        """The engine ``job`` runs on in the slot of ``engine``: that engine, or one drafting from the job's prediction."""
         if not job.prediction_ids:
             return engine
         base = engine if isinstance(engine, SpeculativeEngine) else self.runner.plain
-        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guard)
+        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guards[id(engine)])
 
     # events -> bodies
 

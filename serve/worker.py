@@ -1,4 +1,5 @@
-"""The decoding worker: the main thread owns the opened plan and decodes the queued requests in turn.
+"""The decoding worker: the main thread owns the opened plan and decodes the queued requests, in turn or,
+with several slots, together (runtime/llama_cpp_shared.py).
 
 The HTTP side (an asyncio loop) puts a :class:`Job` in a bounded queue and reads its events; the
 worker runs the plan's engine on it (or, with a ``prediction``, an engine that drafts from it:
@@ -67,21 +68,31 @@ class QueueFull(Exception):
 
 
 class Worker:
-    """Decodes jobs one at a time on ``runner`` (a :class:`~specplan.runtime.runner.PlanRunner`);
-    at most ``queue_size`` wait. ``engine_for(job)`` builds the engine a job runs on.
+    """Decodes jobs on ``runner`` (a :class:`~specplan.runtime.runner.PlanRunner`); at most
+    ``queue_size`` wait. ``engine_for(job, engine)`` builds the engine a job runs on from a slot's
+    ``engine`` (``engines``: one per request decoded at once; default the runner's own).
 
-    :meth:`run` decodes on the calling thread, which is the main thread in ``specplan serve``:
-    llama.cpp decodes called from another thread ran 12-15% slower here (its OpenMP team per
-    calling thread; 2-core AMD EPYC, SmolLM2 plan, 5 edit prompts x 128 tokens, three pairs)."""
+    :meth:`run` decodes on the calling thread, the main thread in ``specplan serve``: llama.cpp
+    decodes called from another thread ran 12-15% slower here (its OpenMP team per calling thread;
+    2-core AMD EPYC, SmolLM2 plan, 5 edit prompts x 128 tokens, three pairs). With several engines
+    (``batcher``: runtime/llama_cpp_shared.py) each slot's requests run in a thread of their own and
+    the calling thread runs the batcher, which decodes their rounds together."""
 
-    def __init__(self, runner, metrics: ServeMetrics, queue_size: int, engine_for):
+    def __init__(self, runner, metrics: ServeMetrics, queue_size: int, engine_for, engines=None, batcher=None):
         self.runner = runner
         self.metrics = metrics
         self.engine_for = engine_for
+        self.engines = list(engines) if engines else [runner.engine]
+        self.batcher = batcher
         self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
-        self.busy = False
+        self._lock = threading.Lock()
+        self.active = 0  # jobs being decoded
         self.done = 0  # jobs decoded
         self.seconds = 0.0  # their decode time
+
+    @property
+    def busy(self) -> bool:
+        return self.active > 0
 
     def submit(self, job: Job) -> None:
         try:
@@ -91,7 +102,25 @@ class Worker:
         self.metrics.queued.set(self.jobs.qsize())
 
     def run(self, finished: Callable[[], bool], poll: float = 0.05) -> None:
-        """Decode queued jobs until ``finished()`` and nothing waits."""
+        """Decode queued jobs until ``finished()`` and nothing waits or decodes."""
+        if self.batcher is None:
+            self._slot(self.engines[0], finished, poll)
+            return
+        stopping = threading.Event()
+        slots = [threading.Thread(target=self._slot, args=(engine, stopping.is_set, poll), daemon=True,
+                                  name=f"specplan-slot-{index}") for index, engine in enumerate(self.engines)]
+        for slot in slots:
+            slot.start()
+        try:
+            while not (finished() and self.jobs.empty() and not self.active):
+                self.batcher.step(poll)
+        finally:
+            stopping.set()
+            while any(slot.is_alive() for slot in slots):
+                self.batcher.step(poll)  # a slot may still be decoding its last job
+
+    def _slot(self, engine, finished: Callable[[], bool], poll: float) -> None:
+        """Take queued jobs and decode them on ``engine`` until ``finished()`` and nothing waits."""
         while True:
             try:
                 job = self.jobs.get(timeout=poll)
@@ -101,24 +130,31 @@ class Worker:
                 continue
             self.metrics.queued.set(self.jobs.qsize())
             if not job.cancelled.is_set():
-                self._one(job)
+                self._one(job, engine)
 
-    def _one(self, job: Job) -> None:
-        self.busy = True
-        self.metrics.active.set(1)
+    def _one(self, job: Job, engine) -> None:
+        with self._lock:
+            self.active += 1
+            self.metrics.active.set(self.active)
         start = time.perf_counter()
         try:
-            job.emit(self._decode(job))
-            self.done += 1
-            self.seconds += time.perf_counter() - start
+            if self.batcher is None:
+                job.emit(self._decode(job, engine))
+            else:
+                with self.batcher.request():
+                    job.emit(self._decode(job, engine))
+            with self._lock:
+                self.done += 1
+                self.seconds += time.perf_counter() - start
         except Exception as error:  # a bug must not end the server: the client gets a 500 body
             job.emit(Failed(f"{type(error).__name__}: {error}"))
         finally:
-            self.busy = False
-            self.metrics.active.set(0)
+            with self._lock:
+                self.active -= 1
+                self.metrics.active.set(self.active)
 
-    def _decode(self, job: Job) -> Finished:
-        engine = self.engine_for(job)
+    def _decode(self, job: Job, slot_engine) -> Finished:
+        engine = self.engine_for(job, slot_engine)
         text = TextStream(self.runner.target.tokenizer, job.stops)
 
         def on_commit(chunk: list[int]) -> bool:

@@ -155,6 +155,26 @@ class Batch:
     predicted_tokens_per_s: float | None
 
 
+def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
+    """The session source of a server decoding ``parallel`` requests together (runtime/llama_cpp_shared.py);
+    SpecplanError (one line) for a plan that cannot: not on llama.cpp, adaptive, or exact numerics."""
+    from specplan.runtime.build import LLAMA_CPP_CONTEXT
+    from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES, SharedModels
+
+    if parallel < 1 or parallel > LLAMA_MAX_SEQUENCES // 2:
+        raise SpecplanError(f"--parallel {parallel}: pass 1 to {LLAMA_MAX_SEQUENCES // 2}")
+    if profile.backend != "llama.cpp":
+        raise SpecplanError(f"--parallel {parallel} decodes requests together on the llama.cpp backend; this plan runs on "
+                            f"{profile.backend}: serve it with --parallel 1")
+    if plan.adaptive is not None:
+        raise SpecplanError(f"--parallel {parallel} serves static plans; this plan is adaptive: serve it with --parallel 1, "
+                            "or re-plan without --adaptive")
+    if profile.exact:
+        raise SpecplanError(f"--parallel {parallel} decodes requests together, which needs fast numerics; this plan's "
+                            "profile runs exact numerics: re-profile with --numerics fast, or serve it with --parallel 1")
+    return SharedModels(parallel, LLAMA_CPP_CONTEXT, threads)
+
+
 class Runner:
     """An opened plan: its models loaded, its contract checked, ready to generate.
 
@@ -172,10 +192,11 @@ class Runner:
 
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False,
-             threads: int = 0, batch: int | None = None, fallback: bool = True) -> "Runner":
+             threads: int = 0, batch: int | None = None, fallback: bool = True, parallel: int = 1) -> "Runner":
         """Load the plan's models on its profile's backend (torch, or llama.cpp with ``threads``; 0: every core);
         ``fallback`` False plays the plan every round, even where plain decoding is measured cheaper
-        (runtime/fallback.py)."""
+        (runtime/fallback.py); ``parallel``: requests a server decodes together (a static llama.cpp plan with
+        fast numerics; :meth:`PlanRunner.slot_engines`, runtime/llama_cpp_shared.py)."""
         if threads < 0:
             raise SpecplanError(f"threads {threads}: pass at least 1, or 0 for every core")
         if batch is not None and batch < 1:
@@ -183,6 +204,7 @@ class Runner:
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
         if batch is not None:
             check_batchable(profile)
+        sessions = shared_sessions(loaded_plan, profile, parallel, threads) if parallel > 1 else None
         mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
         if mode is None and batch is not None:
             mode = EAGER
@@ -190,7 +212,7 @@ class Runner:
         from specplan.runtime.runner import PlanRunner
 
         opened = PlanRunner.open(loaded_plan, profile, profile_path, force=force, runtime=mode, threads=threads,
-                                 fallback=fallback)
+                                 fallback=fallback, sessions=sessions)
         return cls(opened, batch)
 
     @property

@@ -24,9 +24,9 @@ def test_a_failed_decode_reports_the_error_and_empties_the_cache():
     loop = asyncio.new_event_loop()
     engine = BrokenEngine()
     runner = SimpleNamespace(target=SimpleNamespace(tokenizer=None))
-    worker = Worker(runner, ServeMetrics(), 2, lambda job: engine)
+    worker = Worker(runner, ServeMetrics(), 2, lambda job, slot_engine: slot_engine, [engine])
     job = Job([1, 2, 3], 4, SamplingConfig(), (), None, loop)
-    worker._one(job)
+    worker._one(job, engine)
     loop.run_until_complete(asyncio.sleep(0))  # deliver the call_soon_threadsafe events
     event = job.events.get_nowait()
     loop.close()

@@ -1,0 +1,320 @@
+"""Several requests decoded together in one llama.cpp context (``specplan serve --parallel N``).
+
+Each request's engine runs in a thread of its own, unchanged: its fallback guard, chain growth,
+prediction and sampling stay per request. What the requests share is each model's forward. A
+:class:`SharedContext` holds one GGUF model and one context whose unified KV cache has room for
+``slots`` sessions; a :class:`SlotSession` is a :class:`~specplan.runtime.llama_cpp_session.LlamaCppSession`
+over that context that owns a block of sequence ids (its committed text, then its tree paths) and
+``n_ctx`` cells of the cache. A slot session never calls ``llama_decode`` itself: its extend hands its
+tokens, positions, sequence ids and the rows it reads to the :class:`Batcher` and waits. The
+batcher's thread decodes once every request's thread waits on a decode: all their tokens in one
+``llama_decode`` per model (in BATCH-token pieces), each session's rows handed back to it. A round
+of N requests then costs T(their tokens together) instead of N forwards, as a batched step does in
+vLLM v1's scheduler; here the step is one round of every request in flight.
+
+Numerics: the requests' cells interleave in the cache, and a freed cell goes to whichever sequence
+decodes next, so a slot session's cells do not stay in position order (no junk sequence, no
+compaction), and where they sit changes the order in which llama.cpp's kernels sum over them.
+With SmolLM2 that moved logits as much as llama.cpp's fast numerics do anyway (up to 1.0 on some
+vocabulary entries; docs/backends.md's table): a slot's cells placed after another slot's 38,
+whatever those held. So only fast numerics run here: lossless up to near-ties, as docs/backends.md
+("What lossless means here") defines it. One thread decodes, the batcher's: llama.cpp's OpenMP
+team belongs to the thread that calls it (serve/worker.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specplan.core.errors import ModelError, SpecplanError
+from specplan.runtime.llama_cpp_session import (BATCH, LlamaCppSession, _llama_cpp, _prepare_backend, context_params,
+                                                load_model)
+
+LLAMA_MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may hold
+
+
+@dataclass
+class Submission:
+    """One session's extend as the batcher decodes it; ``pieces``: what ``read`` took of its rows."""
+
+    tokens: list[int]
+    positions: list[int]
+    sequence_ids: list[list[int]]
+    read: object  # CopyRows, BestOfRows, or None (no rows)
+    pieces: list = field(default_factory=list)
+    status: int = 0  # llama_decode's status where it failed, else 0
+    failed_at: int = 0  # the first of this extend's tokens in the piece that failed
+    error: BaseException | None = None
+    done: bool = False
+
+
+class Batcher:
+    """Decodes the requests' extends together: once no thread in a request is running (each waits on
+    a decode, or has none pending), every waiting extend goes into one decode per model.
+
+    A thread enters :meth:`request` for each request it decodes. :meth:`step` runs on the thread that
+    made the batcher (llama.cpp's decoding thread); an extend from that thread, or from a thread in no
+    request, decodes at once on its own."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._decoding = threading.Lock()  # one llama_decode at a time, whichever thread calls it
+        self._running: set[int] = set()  # threads in a request and not waiting on a decode
+        self._members: set[int] = set()  # threads in a request
+        self._pending: list[tuple[SharedContext, Submission]] = []
+        self.owner = threading.get_ident()
+        self.steps = 0  # batched decodes run
+        self.extends = 0  # extends they carried
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """The calling thread decodes one request: the batcher waits for its extends."""
+        me = threading.get_ident()
+        with self._condition:
+            self._members.add(me)
+            self._running.add(me)
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._members.discard(me)
+                self._running.discard(me)
+                self._condition.notify_all()
+
+    def submit(self, shared: "SharedContext", submission: Submission) -> None:
+        """Decode ``submission`` on ``shared``: with the other requests' extends, or at once outside one."""
+        me = threading.get_ident()
+        with self._condition:
+            alone = me == self.owner or me not in self._members
+        if alone:
+            with self._decoding:
+                shared.decode_together([submission])
+            return
+        with self._condition:
+            self._pending.append((shared, submission))
+            self._running.discard(me)
+            self._condition.notify_all()
+            self._condition.wait_for(lambda: submission.done)
+            self._running.add(me)
+
+    def step(self, timeout: float) -> bool:
+        """Decode every waiting extend once no request's thread runs; False when none was ready in ``timeout`` s."""
+        with self._condition:
+            if not self._condition.wait_for(lambda: self._pending and not self._running, timeout):
+                return False
+            pending, self._pending = self._pending, []
+        try:
+            with self._decoding:
+                for shared in dict.fromkeys(context for context, _ in pending):
+                    shared.decode_together([submission for context, submission in pending if context is shared])
+        finally:
+            with self._condition:
+                for _, submission in pending:
+                    submission.done = True
+                self.steps += 1
+                self.extends += len(pending)
+                self._condition.notify_all()
+        return True
+
+    @property
+    def active(self) -> int:
+        """Threads in a request now."""
+        return len(self._members)
+
+
+class SharedContext:
+    """One GGUF model in one llama.cpp context whose unified cache ``slots`` sessions share, each
+    with ``n_ctx`` cells and ``LLAMA_MAX_SEQUENCES // slots`` sequence ids (fast numerics)."""
+
+    def __init__(self, model_path: str | Path, slots: int, n_ctx: int, threads: int, batcher: Batcher,
+                 verbose: bool = False):
+        self.llama = _llama_cpp()
+        _prepare_backend(self.llama, verbose)
+        self.ids_per_slot = LLAMA_MAX_SEQUENCES // slots
+        if slots < 1 or self.ids_per_slot < 2:
+            raise SpecplanError(f"{slots} requests at once: pass 1 to {LLAMA_MAX_SEQUENCES // 2}")
+        self.model_path, self.n_ctx, self.threads, self.batcher = Path(model_path), n_ctx, threads, batcher
+        self.model = self.context = self.batch = None
+        self.model = load_model(self.llama, self.model_path, exact=False)
+        params = context_params(self.llama, n_ctx * slots, self.ids_per_slot * slots, threads, exact=False)
+        self.context = self.llama.llama_init_from_model(self.model, params)
+        if not self.context:
+            self.close()
+            raise ModelError(f"llama.cpp could not create a context of {n_ctx * slots} cells for {slots} requests; "
+                             "serve fewer at once (--parallel)")
+        self.memory = self.llama.llama_get_memory(self.context)
+        self.batch = self.llama.llama_batch_init(BATCH, 0, self.ids_per_slot)
+        self.vocab = self.llama.llama_model_get_vocab(self.model)
+        self.vocab_size = self.llama.llama_vocab_n_tokens(self.vocab)
+        self.slots = slots
+        self._free = list(range(slots))
+        self._views: dict[tuple[int, int], np.ndarray] = {}
+
+    def session(self) -> "SlotSession":
+        """A session over a free slot; SpecplanError when every slot is taken."""
+        if not self._free:
+            raise SpecplanError(f"all {self.slots} slots of {self.model_path.name} are taken: a plan that opens this "
+                                "model more than once per request cannot serve requests in parallel; use --parallel 1")
+        return SlotSession(self, self._free.pop(0))
+
+    def release(self, slot: int) -> None:
+        """Free the cells of ``slot``'s sequences and let another session take it."""
+        if self.memory is not None:
+            for sequence in range(slot * self.ids_per_slot, (slot + 1) * self.ids_per_slot):
+                self.llama.llama_memory_seq_rm(self.memory, sequence, -1, -1)
+        self._free.append(slot)
+
+    def decode_together(self, submissions: list[Submission]) -> None:
+        """Decode the submissions' tokens in order, BATCH per llama_decode, and hand each its rows."""
+        queue = deque((submission, 0) for submission in submissions if submission.tokens)
+        try:
+            while queue:
+                segments, room = [], BATCH
+                while queue and room:
+                    submission, first = queue.popleft()
+                    count = min(room, len(submission.tokens) - first)
+                    segments.append((submission, first, count))
+                    room -= count
+                    if first + count < len(submission.tokens):
+                        queue.appendleft((submission, first + count))
+                if not self._decode_segments(segments):
+                    for submission, first in queue:
+                        submission.status, submission.failed_at = 1, first
+                    return
+        except Exception as error:  # handed to the sessions' threads, which raise it
+            for submission in submissions:
+                submission.error = submission.error or error
+
+    def _decode_segments(self, segments: list[tuple[Submission, int, int]]) -> bool:
+        """One llama_decode of the segments (submission, first token, count); False when it failed."""
+        index = 0
+        batch = self.batch
+        for submission, first, count in segments:
+            rows = 1 if submission.read is not None else 0
+            for offset in range(first, first + count):
+                batch.token[index] = submission.tokens[offset]
+                batch.pos[index] = submission.positions[offset]
+                ids = submission.sequence_ids[offset]
+                batch.n_seq_id[index] = len(ids)
+                for position, sequence in enumerate(ids):
+                    batch.seq_id[index][position] = sequence
+                batch.logits[index] = rows
+                index += 1
+        batch.n_tokens = index
+        status = self.llama.llama_decode(self.context, batch)
+        if status != 0:
+            for submission, first, _count in segments:
+                submission.status, submission.failed_at = status, first
+            return False
+        read_rows = sum(count for submission, _first, count in segments if submission.read is not None)
+        view = self._logits_view(read_rows) if read_rows else None
+        row = 0
+        for submission, _first, count in segments:
+            if submission.read is not None:
+                submission.pieces.append(submission.read.take(view[row:row + count]))
+                row += count
+        return True
+
+    def _logits_view(self, rows: int) -> np.ndarray:
+        """llama.cpp's logits buffer after a decode, as [rows, vocab] float32 (no copy; views cached)."""
+        pointer = self.llama.llama_get_logits(self.context)
+        key = (ctypes.addressof(pointer.contents), rows)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size))
+        return view
+
+    def close(self) -> None:
+        """Free the batch, the context and the model (safe to call twice)."""
+        if self.batch is not None:
+            self.llama.llama_batch_free(self.batch)
+            self.batch = None
+        if self.context:
+            self.llama.llama_free(self.context)
+        self.context = self.memory = None
+        if self.model:
+            self.llama.llama_model_free(self.model)
+        self.model = None
+
+
+class SlotSession(LlamaCppSession):
+    """A session over one slot of a :class:`SharedContext`: its sequence ids start at ``slot *
+    ids_per_slot``; its extends decode through the shared context's batcher; closing it frees its
+    cells and the slot, not the model."""
+
+    def __init__(self, shared: SharedContext, slot: int):
+        self._llama = shared.llama
+        self._shared, self.slot = shared, slot
+        self.model_path = shared.model_path
+        self.max_tree_paths = shared.ids_per_slot - 1
+        self.committed = slot * shared.ids_per_slot
+        self.junk_sequence = -1  # never used: the cells need not stay in order (module docstring)
+        self.keeps_order = False
+        self.threads = shared.threads
+        self.exact = False
+        self.wide_from = 0
+        self._model, self._context, self._memory = shared.model, shared.context, shared.memory
+        self._batch = self._wide = None
+        self._vocab, self._vocab_size = shared.vocab, shared.vocab_size
+        self.n_ctx = shared.n_ctx
+        self._start_bookkeeping()
+
+    def _decode(self, context, tokens, positions, sequence_ids, read=None):
+        """The extend's decode, together with the other requests' (:class:`Batcher`)."""
+        submission = Submission(tokens, positions, sequence_ids, read)
+        self._shared.batcher.submit(self._shared, submission)
+        if submission.error is not None:
+            raise submission.error
+        if submission.status:
+            self._fail_decode(submission.status, submission.failed_at, context)
+        return None if read is None else read.join(submission.pieces, self._vocab_size)
+
+    def _clear_cache(self) -> None:
+        """Free this slot's cells only (the other slots' requests go on)."""
+        self._drop_path_sequences()
+        self._llama.llama_memory_seq_rm(self._memory, self.committed, -1, -1)
+
+    def close(self) -> None:
+        """Free this slot's cells and the slot (safe to call twice); the shared model stays."""
+        if self._context is not None:
+            self._shared.release(self.slot)
+        self._context = self._memory = self._model = None
+
+
+class SharedModels:
+    """Where the sessions of a server decoding ``slots`` requests together come from: the first
+    session of a GGUF file loads it into a :class:`SharedContext` of ``slots`` slots, each later one
+    takes a free slot of it. Call it as ``sessions(gguf, exact)`` (``LoadedModel.sessions``)."""
+
+    def __init__(self, slots: int, n_ctx: int, threads: int = 0):
+        import os
+
+        self.slots, self.n_ctx, self.threads = slots, n_ctx, threads or os.cpu_count() or 1
+        self.batcher = Batcher()
+        self._contexts: dict[Path, SharedContext] = {}
+
+    def __call__(self, gguf: str | Path, exact: bool) -> SlotSession:
+        if exact:
+            raise SpecplanError("several requests decode together only with fast numerics (their rows are batched); "
+                                "this plan's profile runs exact numerics: re-profile with --numerics fast, or serve "
+                                "one request at a time (--parallel 1)")
+        path = Path(gguf).resolve()
+        if path not in self._contexts:
+            self._contexts[path] = SharedContext(path, self.slots, self.n_ctx, self.threads, self.batcher)
+        return self._contexts[path].session()
+
+    def close(self) -> None:
+        for shared in self._contexts.values():
+            shared.close()
+        self._contexts.clear()
+
+
+SessionSource = Callable[[str | Path, bool], LlamaCppSession]

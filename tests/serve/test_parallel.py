@@ -1,0 +1,115 @@
+"""``specplan serve --parallel 2`` on the default GGUF (fast numerics): requests decoded together get
+the answers they get one at a time, a client that leaves mid-stream frees its slot while the other
+request goes on, more requests than slots wait their turn, and a plan that cannot be batched is
+refused in one line."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+import threading
+from urllib.parse import urlsplit
+
+import pytest
+
+from specplan.runtime.lossless import NEAR_TIE
+from tests.serve.conftest import STORED, Served, wait_until
+from tests.serve.test_faults import chat, idle, metric, send
+
+openai = pytest.importorskip("openai")
+
+PROMPTS = ("Write a Python function that returns the largest of three numbers.",
+           "List three colours of the rainbow, one per line.",
+           "Name the planets of the solar system in order.")
+TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def fast_plan(tmp_path_factory):
+    """The stored default-model llama.cpp profile (fast numerics), solved for one stage."""
+    pytest.importorskip("llama_cpp")
+    from specplan.api import solve_plan_file
+    from specplan.core.plan import save_plan
+    from specplan.core.profile import load_profile
+    from specplan.planner.options import runtime_options
+
+    folder = tmp_path_factory.mktemp("parallel-plan")
+    plan_path = folder / "plan.yaml"
+    solution = solve_plan_file(load_profile(STORED), STORED, plan_path, runtime_options(), stages=1)
+    save_plan(solution.plan, plan_path)
+    return plan_path
+
+
+@pytest.fixture(scope="module")
+def parallel_server(fast_plan):
+    served = Served(fast_plan, "--parallel", "2", "--queue", "4")
+    yield served
+    served.stop()
+
+
+def answer(client, prompt: str) -> str:
+    reply = client.chat.completions.create(model="specplan", messages=[{"role": "user", "content": prompt}],
+                                           max_tokens=TOKENS, temperature=0)
+    return reply.choices[0].message.content
+
+
+def test_requests_decoded_together_answer_as_one_at_a_time(parallel_server, fast_plan):
+    assert "2 requests decode together" in parallel_server.line
+    client = openai.OpenAI(base_url=parallel_server.base_url, api_key="unused", max_retries=0, timeout=120)
+    alone = {prompt: answer(client, prompt) for prompt in PROMPTS}
+    together: dict[str, str] = {}
+
+    def one(prompt):
+        together[prompt] = answer(client, prompt)
+
+    threads = [threading.Thread(target=one, args=(prompt,)) for prompt in PROMPTS * 2]  # 6 requests, 2 slots
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gaps = {prompt: near_tie_gap(fast_plan, prompt, alone[prompt], together[prompt]) for prompt in PROMPTS
+            if together[prompt] != alone[prompt]}
+    assert all(gap < NEAR_TIE for gap in gaps.values()), gaps  # fast numerics: batched rows round differently
+    assert wait_until(lambda: idle(parallel_server.root))
+
+
+def near_tie_gap(plan, prompt: str, reference: str, other: str) -> float:
+    """The target's top-2 logit gap where ``other`` first parts from ``reference`` (their token ids),
+    after a fresh prefill of the prompt and the shared part."""
+    from specplan.api import Runner
+    from specplan.models.chat import encode_messages
+    from specplan.runtime.lossless import divergence_gap, first_divergence
+
+    runner = Runner.open(plan, threads=2).plan_runner
+    tokenizer = runner.target.tokenizer
+    prompt_ids = encode_messages(tokenizer, [{"role": "user", "content": prompt}])
+    reference_ids, other_ids = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in (reference, other))
+    return divergence_gap(runner.reference_model, prompt_ids, reference_ids, first_divergence(reference_ids, other_ids))
+
+
+def test_a_client_that_leaves_frees_its_slot_while_the_other_goes_on(parallel_server):
+    where = urlsplit(parallel_server.root)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    body = chat(stream=True, max_tokens=2000, messages=[{"role": "user", "content": "Write a very long story."}])
+    connection.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    outcome = {}
+    other = threading.Thread(target=lambda: outcome.update(reply=send(parallel_server.root, "POST",
+                                                                        "/v1/chat/completions", chat(max_tokens=24))))
+    other.start()
+    response = connection.getresponse()
+    assert response.status == 200 and response.readline().startswith(b"data:")
+    connection.sock.close()  # leave without reading the rest
+    connection.close()
+    other.join()
+    status, _, body = outcome["reply"]
+    assert status == 200 and body["usage"]["completion_tokens"] > 0
+    assert wait_until(lambda: idle(parallel_server.root), 30)
+    assert metric(parallel_server.root, "specplan_completion_tokens_total") < 2000
+
+
+def test_an_exact_numerics_plan_is_refused_in_one_line(exact_plan):
+    command = [sys.executable, "-m", "specplan.cli.main", "serve", str(exact_plan), "--port", "0", "--parallel", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "fast numerics" in done.stderr and len(done.stderr.strip().splitlines()) == 1
