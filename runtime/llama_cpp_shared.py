@@ -54,6 +54,7 @@ class Submission:
     failed_at: int = 0  # the first of this extend's tokens in the piece that failed
     error: BaseException | None = None
     done: bool = False
+    thread: int = 0  # the request's thread that waits on it
 
 
 class Batcher:
@@ -98,12 +99,12 @@ class Batcher:
             with self._decoding:
                 shared.decode_together([submission])
             return
+        submission.thread = me
         with self._condition:
             self._pending.append((shared, submission))
             self._running.discard(me)
             self._condition.notify_all()
-            self._condition.wait_for(lambda: submission.done)
-            self._running.add(me)
+            self._condition.wait_for(lambda: submission.done)  # step marks this thread running again
 
     def step(self, timeout: float) -> bool:
         """Decode every waiting extend once no request's thread runs; False when none was ready in ``timeout`` s."""
@@ -117,8 +118,10 @@ class Batcher:
                     shared.decode_together([submission for context, submission in pending if context is shared])
         finally:
             with self._condition:
-                for _, submission in pending:
+                for _, submission in pending:  # running from here: the next step waits for its next extend
                     submission.done = True
+                    if submission.thread in self._members:
+                        self._running.add(submission.thread)
                 self.steps += 1
                 self.extends += len(pending)
                 self._condition.notify_all()

@@ -52,6 +52,27 @@ def test_the_waiting_requests_decode_together():
     assert batcher.steps == 1 and batcher.extends == 2
 
 
+def test_requests_stay_together_round_after_round():
+    batcher, context = Batcher(), Recorder()
+    rounds = 200
+
+    def request(token):
+        with batcher.request():
+            for _ in range(rounds):
+                batcher.submit(context, Submission([token], [0], [[0]], None))
+
+    threads = [threading.Thread(target=request, args=(token,)) for token in (1, 2)]
+    for thread in threads:
+        thread.start()
+    while batcher.active < 2 and any(thread.is_alive() for thread in threads):
+        time.sleep(0.0001)
+    while any(thread.is_alive() for thread in threads):
+        batcher.step(0.05)
+    # a thread woken by a step counts as running before it wakes: no step goes without it
+    together = sum(len(decode) == 2 for decode in context.decodes)
+    assert together >= rounds - 1 and len(context.decodes) <= rounds + 1
+
+
 def test_a_request_still_drafting_is_waited_for_and_one_that_left_is_not():
     batcher, context = Batcher(), Recorder()
     drafting = threading.Event()
