@@ -4,7 +4,8 @@ and prompts).
 
 Baseline names (each peer is its own server process, with the settings named):
 
-- ``llama-server``: plain decoding (``--spec-type none``);
+- ``llama-server``: plain decoding (``--spec-type none``); ``llama-server-no-fa``: the same with flash
+  attention off (``-fa off``), the setting a profile may choose for the target (profiler/engine_floor.py);
 - ``llama-server-draft``: ``--spec-type draft-simple`` with the profile's ``model:`` drafter GGUF as
   ``--spec-draft-model`` at llama.cpp's defaults; ``llama-server-draft:N``: the same with
   ``--spec-draft-n-max N``;
@@ -73,7 +74,8 @@ SPEC_TYPES = {
     "ngram-mod": "ngram-mod",
     "ngram-cache": "ngram-cache",
 }
-EXAMPLES = "llama-server, llama-server-draft, llama-server-draft:N, llama-server-ngram, llama-server-ngram-map-k, " \
+NO_FLASH = PREFIX + "-no-fa"  # plain decoding with flash attention off
+EXAMPLES = "llama-server, llama-server-no-fa, llama-server-draft, llama-server-draft:N, llama-server-ngram, llama-server-ngram-map-k, " \
            "llama-server-ngram-map-k4v, llama-server-ngram-mod, llama-server-ngram-cache"
 
 
@@ -84,6 +86,7 @@ class ServerPeer:
     name: str
     spec_type: str | None = None
     draft_n_max: int | None = None
+    flash_off: bool = False  # -fa off
 
     @property
     def needs_draft_model(self) -> bool:
@@ -91,7 +94,7 @@ class ServerPeer:
 
     def describe(self) -> str:
         if self.spec_type is None:
-            return "plain decoding"
+            return "plain decoding" + (", flash attention off" if self.flash_off else "")
         if self.needs_draft_model:
             n_max = f"--spec-draft-n-max {self.draft_n_max}" if self.draft_n_max is not None else "defaults"
             return f"draft-simple ({n_max})"
@@ -113,6 +116,8 @@ def parse_peer(name: str) -> ServerPeer:
     """
     if name == PREFIX:
         return ServerPeer(name)
+    if name == NO_FLASH:
+        return ServerPeer(name, flash_off=True)
     match = re.fullmatch(re.escape(PREFIX) + r"-([a-z0-9-]+?)(?::(\d+))?", name)
     if match is None or match.group(1) not in SPEC_TYPES:
         raise SpecplanError(f"unknown llama-server baseline {name!r}; choose from {EXAMPLES}")
@@ -141,6 +146,8 @@ def server_command(binary: str | Path, peer: ServerPeer, target: str | Path, thr
                "--host", "127.0.0.1", "--port", str(port), "-ngl", "0", "--no-webui"]
     if not repack:
         command.append("--no-repack")
+    if peer.flash_off:
+        command += ["-fa", "off"]
     if peer.spec_type is None:
         return command + ["--spec-type", "none"]
     if peer.needs_draft_model:

@@ -96,6 +96,9 @@ class ModelEntry:
     # settings: every thread, weights repacked, flash attention as it chooses), at the first curve's
     # context: the floor every plan is held against (docs/planner-math.md section 9.1). 0: not measured
     engine_plain_ms: float = 0.0
+    # llama.cpp fast numerics: "off" where the profile measured the target's one-token decodes at most
+    # FLASH_OFF_GAIN of their time without flash attention (profiler/engine_floor.py); "": llama.cpp's choice
+    flash_attention: str = ""
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,13 @@ class Profile:
 
 
 LARGEST_COUNT = 10**9  # widths, contexts, layer counts, sample counts: anything above is not a measurement
+
+
+def _flash_attention(value, where: str) -> str:
+    """A model's flash attention setting: "" (llama.cpp's choice) or "off"; ProfileError otherwise."""
+    if value not in ("", "off"):
+        raise ProfileError(f"{where} is {value!r}; it must be \"off\" or absent (llama.cpp's choice)")
+    return str(value)
 
 
 def _count(value: Any, where: str, low: int = 0) -> int:
@@ -405,6 +415,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
                 batch_overhead=_overheads(m.get("batch_overhead"), f"models[{m['id']}].batch_overhead", version),
                 wide_from=_count(m.get("wide_from", 0), f"models[{m['id']}].wide_from"),
                 engine_plain_ms=_finite(m.get("engine_plain_ms", 0.0), f"models[{m['id']}].engine_plain_ms"),
+                flash_attention=_flash_attention(m.get("flash_attention", ""), f"models[{m['id']}].flash_attention"),
             )
             for m in document["models"]
         )
@@ -455,6 +466,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
             del model["wide_from"]  # only llama.cpp targets with wide verifies: others read as before
         if not model["engine_plain_ms"]:
             del model["engine_plain_ms"]  # only llama.cpp targets: others read as before
+        if not model["flash_attention"]:
+            del model["flash_attention"]  # only where the profile turned it off: others read as before
         if model.get("shape") is None:
             model.pop("shape", None)
         elif not model["shape"]["extra_weights"]:

@@ -42,6 +42,7 @@ class LoadedModel:
     threads: int = 0  # llama.cpp's threads for every session of this run (0: every core)
     exact: bool = True  # llama.cpp: verify logits bit-identical to one-token decodes (docs/backends.md), else its fast kernels
     wide_from: int = 0  # llama.cpp fast numerics: the target's chain extends this wide or wider on unrepacked weights (0: never)
+    flash_off: bool = False  # llama.cpp fast numerics: the target's context runs without flash attention (the profile's choice)
     sessions: object = None  # llama.cpp: sessions(gguf, exact) -> a session over a shared context (serve --parallel), else each loads its own
 
 

@@ -34,7 +34,7 @@ from specplan.runtime.drafters.head_model import is_draft_head
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.models.load import LoadedModel
 from specplan.core.runtime_modes import EAGER, RuntimeMode
-from specplan.profiler.engine_floor import engine_plain_ms
+from specplan.profiler.engine_floor import engine_plain_ms, flash_attention_off
 from specplan.profiler.acceptance import AcceptanceCounter, replay_model
 from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
@@ -325,6 +325,7 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
     """``profile`` with its acceptance measured again on ``prompts`` (prompts it was not calibrated on),
     its latency curves kept: what a plan solved from ``profile`` would meet on them
     (docs/guide.md, "Your own prompts")."""
+    target = replace(target, flash_off=profile.target.flash_attention == "off")
     built = [build_drafter(spec, target, device) for spec in drafters]
     target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)
     pairs = _target_outputs(target, prompts, device, settings, target_network, "target on held-out prompts,")
@@ -332,6 +333,17 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
     acceptance, retrieval, _ = _acceptance_tables(built, target, target_network, pairs, prompts, curves, device, settings)
     calibration = {**profile.calibration, "prompts": settings.prompts_label, "count": len(prompts)}
     return replace(profile, acceptance=tuple(acceptance), retrieval=tuple(retrieval), calibration=calibration)
+
+
+def _with_flash_attention_choice(target: LoadedModel, context: list[int], repeats: int) -> LoadedModel:
+    """``target`` with flash attention off where its one-token decodes are measured enough cheaper so
+    (profiler/engine_floor.py), saying so in one line; as it is otherwise."""
+    off, with_flash, without = flash_attention_off(target, context, repeats)
+    if not off:
+        return target
+    print(f"flash attention off: a plain token takes {without:.1f} ms without it against {with_flash:.1f} ms with "
+          "it on this machine (llama.cpp's choice; the floor stays llama.cpp's own settings)", flush=True)
+    return replace(target, flash_off=True)
 
 
 def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[Prompt],
@@ -345,6 +357,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
     context = context_ids_for(target, prompts, settings.context)
+    target = _with_flash_attention_choice(target, context, settings.repeats)
     # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
     # curves time it) where its weights are repacked; elsewhere it drops wide_from
     target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)
@@ -359,7 +372,8 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     floor_ms = engine_plain_ms(target, curves["target"], context, settings.repeats)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(target_curve,) + batched["target"], shape=shape_of_network(target.model),
-                         batch_overhead=overheads, wide_from=wide_from, engine_plain_ms=round(floor_ms, 4))]
+                         batch_overhead=overheads, wide_from=wide_from, engine_plain_ms=round(floor_ms, 4),
+                         flash_attention="off" if target.flash_off else "")]
     for build in (b for b in built if b.model is not None):
         base = "target" if build.spec.kind == "layerskip" else None
         fingerprint = target.fingerprint + f"|{build.spec.source}" if base else ""

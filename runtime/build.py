@@ -46,11 +46,13 @@ LLAMA_CPP_CONTEXT = 4096  # cells of each llama.cpp session: the prompt, the new
 def target_session(target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
     """The target's session on its backend: llama.cpp over its GGUF file, or torch over its weights."""
     if target.backend == "llama.cpp":
-        return llama_cpp_session(target.path, target, exact=target.exact, wide_from=target.wide_from)
+        return llama_cpp_session(target.path, target, exact=target.exact, wide_from=target.wide_from,
+                                 flash_off=target.flash_off)
     return ModelSession(target.model, device, runtime=runtime)
 
 
-def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_from: int = 0) -> Session:
+def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_from: int = 0,
+                      flash_off: bool = False) -> Session:
     """A llama.cpp session over ``gguf`` with the run's threads (``target.threads``; 0: every core);
     ``wide_from``: see :class:`~specplan.runtime.llama_cpp_session.LlamaCppSession` (the target's only).
 
@@ -60,9 +62,9 @@ def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_f
     from specplan.runtime.llama_cpp_session import LlamaCppSession
 
     if target.sessions is not None:  # several requests decode together (runtime/llama_cpp_shared.py)
-        return target.sessions(gguf, exact)
+        return target.sessions(gguf, exact, flash_off)
     return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact,
-                           wide_from=wide_from)
+                           wide_from=wide_from, flash_off=flash_off)
 
 
 def _llama_cpp_drafter(spec: DrafterSpec, target: LoadedModel) -> Session:

@@ -97,7 +97,7 @@ def load_model(llama_cpp, model_path: str | Path, exact: bool = True, repack: bo
     return model
 
 
-def context_params(llama_cpp, n_ctx: int, sequences: int, threads: int, exact: bool):
+def context_params(llama_cpp, n_ctx: int, sequences: int, threads: int, exact: bool, flash_off: bool = False):
     """llama.cpp context parameters: BATCH-token decodes with a logits row per token, one unified
     KV cache for ``sequences`` sequence ids.
 
@@ -106,6 +106,8 @@ def context_params(llama_cpp, n_ctx: int, sequences: int, threads: int, exact: b
     at a time (docs/backends.md, "What lossless means here"): below 64 query rows the CPU flash
     attention runs the same per-row kernel for any batch, and a one-token decode on several
     threads would instead split the keys between threads once the cache view reaches 512 cells.
+    ``flash_off`` (fast numerics only): flash attention off, where the profile measured one-token
+    decodes faster without it (profiler/engine_floor.py); else llama.cpp chooses.
     """
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = n_ctx
@@ -116,6 +118,8 @@ def context_params(llama_cpp, n_ctx: int, sequences: int, threads: int, exact: b
     params.n_threads_batch = threads
     params.n_threads = 1 if exact else threads
     params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if exact else llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+    if flash_off and not exact:
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
     return params
 
 
@@ -219,7 +223,8 @@ class LlamaCppSession(Session):
     backend = "llama.cpp"
 
     def __init__(self, model_path: str | Path, n_ctx: int = 4096, threads: int | None = None,
-                 max_tree_paths: int = 64, verbose: bool = False, exact: bool = True, wide_from: int = 0):
+                 max_tree_paths: int = 64, verbose: bool = False, exact: bool = True, wide_from: int = 0,
+                 flash_off: bool = False):
         """Load ``model_path`` and create its context (the arguments are in the class docstring)."""
         self._llama = _llama_cpp()
         _prepare_backend(self._llama, verbose)
@@ -232,6 +237,7 @@ class LlamaCppSession(Session):
         self.keeps_order = True  # sequence 0's cells stay in position order (junk, compaction)
         self.threads = threads or os.cpu_count() or 1
         self.exact = exact
+        self.flash_off = flash_off and not exact
         self._model = self._context = self._batch = self._wide = None
         self._model = load_model(self._llama, self.model_path, exact)
         self._context = self._new_context(n_ctx)
@@ -245,7 +251,7 @@ class LlamaCppSession(Session):
         if self.wide_from:
             try:
                 self._wide = WideContext(self._llama, load_model(self._llama, self.model_path, repack=False),
-                                         context_params(self._llama, self.n_ctx, 1, self.threads, exact))
+                                         context_params(self._llama, self.n_ctx, 1, self.threads, exact, self.flash_off))
             except ModelError:
                 self.close()
                 raise
@@ -266,7 +272,7 @@ class LlamaCppSession(Session):
 
     def _new_context(self, n_ctx: int):
         """A context with one unified cache for ``max_tree_paths + 2`` sequences (see :func:`context_params`)."""
-        params = context_params(self._llama, n_ctx, self.max_tree_paths + 2, self.threads, self.exact)
+        params = context_params(self._llama, n_ctx, self.max_tree_paths + 2, self.threads, self.exact, self.flash_off)
         context = self._llama.llama_init_from_model(self._model, params)
         if not context:
             self.close()

@@ -138,16 +138,17 @@ class SharedContext:
     with ``n_ctx`` cells and ``LLAMA_MAX_SEQUENCES // slots`` sequence ids (fast numerics)."""
 
     def __init__(self, model_path: str | Path, slots: int, n_ctx: int, threads: int, batcher: Batcher,
-                 verbose: bool = False):
+                 verbose: bool = False, flash_off: bool = False):
         self.llama = _llama_cpp()
         _prepare_backend(self.llama, verbose)
         self.ids_per_slot = LLAMA_MAX_SEQUENCES // slots
         if slots < 1 or self.ids_per_slot < 2:
             raise SpecplanError(f"{slots} requests at once: pass 1 to {LLAMA_MAX_SEQUENCES // 2}")
         self.model_path, self.n_ctx, self.threads, self.batcher = Path(model_path), n_ctx, threads, batcher
+        self.flash_off = flash_off
         self.model = self.context = self.batch = None
         self.model = load_model(self.llama, self.model_path, exact=False)
-        params = context_params(self.llama, n_ctx * slots, self.ids_per_slot * slots, threads, exact=False)
+        params = context_params(self.llama, n_ctx * slots, self.ids_per_slot * slots, threads, False, flash_off)
         self.context = self.llama.llama_init_from_model(self.model, params)
         if not self.context:
             self.close()
@@ -263,6 +264,7 @@ class SlotSession(LlamaCppSession):
         self.keeps_order = False
         self.threads = shared.threads
         self.exact = False
+        self.flash_off = shared.flash_off
         self.wide_from = 0
         self._model, self._context, self._memory = shared.model, shared.context, shared.memory
         self._batch = self._wide = None
@@ -304,14 +306,15 @@ class SharedModels:
         self.batcher = Batcher()
         self._contexts: dict[Path, SharedContext] = {}
 
-    def __call__(self, gguf: str | Path, exact: bool) -> SlotSession:
+    def __call__(self, gguf: str | Path, exact: bool, flash_off: bool = False) -> SlotSession:
         if exact:
             raise SpecplanError("several requests decode together only with fast numerics (their rows are batched); "
                                 "this plan's profile runs exact numerics: re-profile with --numerics fast, or serve "
                                 "one request at a time (--parallel 1)")
         path = Path(gguf).resolve()
         if path not in self._contexts:
-            self._contexts[path] = SharedContext(path, self.slots, self.n_ctx, self.threads, self.batcher)
+            self._contexts[path] = SharedContext(path, self.slots, self.n_ctx, self.threads, self.batcher,
+                                                 flash_off=flash_off)
         return self._contexts[path].session()
 
     def close(self) -> None:

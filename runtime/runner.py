@@ -154,7 +154,8 @@ class PlanRunner:
         check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
         if profile.backend == "llama.cpp":
             target = replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
-                             wide_from=0 if sessions else wide_verify_width(plan, profile), sessions=sessions)
+                             wide_from=0 if sessions else wide_verify_width(plan, profile), sessions=sessions,
+                             flash_off=profile.target.flash_attention == "off")
         else:
             target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_weights(profile, target.fingerprint, force)

@@ -202,6 +202,8 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     if engine.name in (profile.engine, profile.device.source):  # T(n) of the engine's kernels (profile --engine, --backend)
         notes = (ENGINE_MEASURED.format(engine=engine.name),) + notes[1:]
     config = render(engine.name, stage, source, names)
+    if engine.name == "llama.cpp" and profile.target.flash_attention == "off":
+        config += " -fa off"  # the profile measured this target's plain tokens cheaper without it
     return ExportResult(engine.name, config, stage, restricted, unrestricted, excluded, notes, unwritable, limits)
 
 
