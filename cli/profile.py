@@ -69,6 +69,11 @@ def add_parser(commands) -> None:
                              "thread, so plain decoding is llama.cpp's own and an output may part from it only at a "
                              "near-tie; exact: every verify gives the logits of one-token decodes bit for bit, at the "
                              "cost of one-token decodes on one thread (docs/backends.md)")
+    parser.add_argument("--flash-attention", default="llama.cpp", choices=["llama.cpp", "measure", "off"],
+                        help="with --backend llama.cpp and fast numerics: llama.cpp (default): its own choice; off: "
+                             "without it (plain tokens may cost much less, but verify rows then part further from "
+                             "one-token rows: docs/backends.md, \"Flash attention\"); measure: off where a plain token "
+                             "is measured at least 10%% cheaper without it")
     parser.add_argument("--context", type=integer(MIN_CONTEXT, MAX_CONTEXT), default=None, metavar="TOKENS",
                         help="cached tokens under each latency measurement (default 256): set it near your "
                              "prompts' length plus half the output, since a batch's attention over its cache is "
@@ -156,7 +161,12 @@ def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
         if args.numerics is not None:
             raise SpecplanError("--numerics chooses the llama.cpp backend's kernels; pass it with --backend llama.cpp "
                                 "(torch plans are token-identical in float32)")
+        if args.flash_attention != "llama.cpp":
+            raise SpecplanError("--flash-attention chooses the llama.cpp backend's attention; pass it with --backend llama.cpp")
         return
+    if args.flash_attention != "llama.cpp" and args.numerics == "exact":
+        raise SpecplanError("--flash-attention applies to fast numerics; exact numerics keep flash attention on "
+                            "(their bit identity rests on it): drop one of the two")
     for option in torch_only_options(args, batch_sizes):
         raise SpecplanError(f"--backend llama.cpp does not take {option}; drop it or use --backend torch")
 
@@ -205,7 +215,7 @@ def command(args) -> int:
     quiet_transformers()
     device = pick_device(args.device)
     settings = ProfileSettings.quick() if args.quick else ProfileSettings()
-    settings = replace(settings, runtime=runtime_of(args), batch_sizes=batch_sizes)
+    settings = replace(settings, runtime=runtime_of(args), batch_sizes=batch_sizes, flash_attention=args.flash_attention)
     checkpoint = checkpoint_path(args.output)
     if args.context is not None:
         settings = replace(settings, context=args.context)

@@ -8,9 +8,10 @@ attention turned off, it is timed on a second session at llama.cpp's settings ov
 context. The planner keeps speculation only where it beats this floor (docs/planner-math.md
 section 9.1).
 
-Flash attention is llama.cpp's choice (on, on a CPU) unless the target's one-token decodes take at
-most FLASH_OFF_GAIN of that time without it: :func:`flash_attention_off` times both over the
-profile's context. On a 2-core Intel Xeon with AMX (2026-11-29) SmolLM2's one-token decode over
+Flash attention is llama.cpp's choice (on, on a CPU) unless ``profile --flash-attention off``, or
+``measure`` and the target's one-token decodes take at most FLASH_OFF_GAIN of that time without
+it: :func:`flash_attention_off` times both over the profile's context. Not the default: without it
+verify rows part further from one-token rows (docs/backends.md, "Flash attention"). On a 2-core Intel Xeon with AMX (2026-11-29) SmolLM2's one-token decode over
 300 cached tokens took 15.8 ms without flash attention and 29.7 ms with it, over 1,500 tokens 20.4
 against 54.1; the 1.5B's 78 against 85 (``measurements/flash_attention.py``).
 """

@@ -63,6 +63,7 @@ class ProfileSettings:
     runtime: RuntimeMode = EAGER  # the runtime whose latency is measured (and recorded as each model's mode)
     batch_sizes: tuple[int, ...] = (1,)  # T(n, b) is also measured at each b > 1 (profiler/batch_latency.py)
     batch_max_tokens: int = MAX_TOKENS  # widths with b * n above this are not timed at batch b
+    flash_attention: str = "llama.cpp"  # llama.cpp fast numerics: llama.cpp (its choice) | off | measure (profiler/engine_floor.py)
 
     @classmethod
     def quick(cls) -> "ProfileSettings":
@@ -335,10 +336,14 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
     return replace(profile, acceptance=tuple(acceptance), retrieval=tuple(retrieval), calibration=calibration)
 
 
-def _with_flash_attention_choice(target: LoadedModel, context: list[int], repeats: int) -> LoadedModel:
-    """``target`` with flash attention off where its one-token decodes are measured enough cheaper so
-    (profiler/engine_floor.py), saying so in one line; as it is otherwise."""
-    off, with_flash, without = flash_attention_off(target, context, repeats)
+def _with_flash_attention_choice(target: LoadedModel, context: list[int], settings: ProfileSettings) -> LoadedModel:
+    """``target`` with flash attention off where ``settings`` say so, or (``measure``) where its one-token
+    decodes are measured enough cheaper so (profiler/engine_floor.py), saying so in one line."""
+    if target.backend != "llama.cpp" or target.exact or settings.flash_attention == "llama.cpp":
+        return target
+    if settings.flash_attention == "off":
+        return replace(target, flash_off=True)
+    off, with_flash, without = flash_attention_off(target, context, settings.repeats)
     if not off:
         return target
     print(f"flash attention off: a plain token takes {without:.1f} ms without it against {with_flash:.1f} ms with "
@@ -357,7 +362,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
     context = context_ids_for(target, prompts, settings.context)
-    target = _with_flash_attention_choice(target, context, settings.repeats)
+    target = _with_flash_attention_choice(target, context, settings)
     # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
     # curves time it) where its weights are repacked; elsewhere it drops wide_from
     target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)

@@ -100,3 +100,17 @@ def test_llama_server_peers_and_exports_carry_it():
     off = replace(profile, models=(replace(profile.target, flash_attention="off"),))
     assert export_plan(off, "llama.cpp").config.endswith(" -fa off")
     assert "-fa" not in export_plan(profile, "llama.cpp").config
+
+
+@pytest.mark.parametrize("setting, measured_off, expected", [("llama.cpp", True, False), ("off", False, True),
+                                                            ("measure", True, True), ("measure", False, False)])
+def test_the_profile_follows_its_flash_attention_setting(monkeypatch, setting, measured_off, expected):
+    from specplan.models.load import LoadedModel
+    from specplan.profiler import run
+    from specplan.profiler.run import ProfileSettings
+
+    monkeypatch.setattr(run, "flash_attention_off", lambda target, context, repeats: (measured_off, 21.5, 15.5))
+    target = LoadedModel("default", "m.gguf", None, None, "fp", "gguf", "llama.cpp", exact=False)
+    chosen = run._with_flash_attention_choice(target, [1], ProfileSettings(flash_attention=setting))
+    assert chosen.flash_off is expected
+    assert run._with_flash_attention_choice(replace(target, exact=True), [1], ProfileSettings(flash_attention="off")).flash_off is False
