@@ -67,7 +67,9 @@ class Batcher:
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
-        self._decoding = threading.Lock()  # one llama_decode at a time, whichever thread calls it
+        # one llama_decode or cache edit at a time, whichever thread calls it: the slots share one cache, and
+        # llama-cpp-python releases the GIL in every call (two threads' seq_rm would edit its cell set at once)
+        self.cache_lock = threading.Lock()
         self._running: set[int] = set()  # threads in a request and not waiting on a decode
         self._members: set[int] = set()  # threads in a request
         self._pending: list[tuple[SharedContext, Submission]] = []
@@ -96,7 +98,7 @@ class Batcher:
         with self._condition:
             alone = me == self.owner or me not in self._members
         if alone:
-            with self._decoding:
+            with self.cache_lock:
                 shared.decode_together([submission])
             return
         submission.thread = me
@@ -113,7 +115,7 @@ class Batcher:
                 return False
             pending, self._pending = self._pending, []
         try:
-            with self._decoding:
+            with self.cache_lock:
                 for shared in dict.fromkeys(context for context, _ in pending):
                     shared.decode_together([submission for context, submission in pending if context is shared])
         finally:
@@ -171,10 +173,11 @@ class SharedContext:
 
     def release(self, slot: int) -> None:
         """Free the cells of ``slot``'s sequences and let another session take it."""
-        if self.memory is not None:
-            for sequence in range(slot * self.ids_per_slot, (slot + 1) * self.ids_per_slot):
-                self.llama.llama_memory_seq_rm(self.memory, sequence, -1, -1)
-        self._free.append(slot)
+        with self.batcher.cache_lock:
+            if self.memory is not None:
+                for sequence in range(slot * self.ids_per_slot, (slot + 1) * self.ids_per_slot):
+                    self.llama.llama_memory_seq_rm(self.memory, sequence, -1, -1)
+            self._free.append(slot)
 
     def decode_together(self, submissions: list[Submission]) -> None:
         """Decode the submissions' tokens in order, BATCH per llama_decode, and hand each its rows."""
@@ -190,8 +193,9 @@ class SharedContext:
                     if first + count < len(submission.tokens):
                         queue.appendleft((submission, first + count))
                 if not self._decode_segments(segments):
-                    for submission, first in queue:
-                        submission.status, submission.failed_at = 1, first
+                    for submission, first in queue:  # not decoded: their sessions undo what they hold
+                        if not submission.status:
+                            submission.status, submission.failed_at = 1, first
                     return
         except Exception as error:  # handed to the sessions' threads, which raise it
             for submission in submissions:
@@ -216,7 +220,8 @@ class SharedContext:
         status = self.llama.llama_decode(self.context, batch)
         if status != 0:
             for submission, first, _count in segments:
-                submission.status, submission.failed_at = status, first
+                if not submission.status:
+                    submission.status, submission.failed_at = status, first
             return False
         read_rows = sum(count for submission, _first, count in segments if submission.read is not None)
         view = self._logits_view(read_rows) if read_rows else None
@@ -249,13 +254,33 @@ class SharedContext:
         self.model = None
 
 
+class LockedCache:
+    """llama-cpp-python's module as a slot session calls it: every ``llama_memory_*`` call (keep, trim,
+    reset: cache edits) holds the batcher's cache lock, so no two slots edit the shared cache at once
+    and none edits it during a decode (a request may start while the others' round decodes)."""
+
+    def __init__(self, llama, lock: threading.Lock):
+        self._llama, self._lock = llama, lock
+
+    def __getattr__(self, name: str):
+        value = getattr(self._llama, name)
+        if not name.startswith("llama_memory_"):
+            return value
+
+        def locked(*args):
+            with self._lock:
+                return value(*args)
+
+        return locked
+
+
 class SlotSession(LlamaCppSession):
     """A session over one slot of a :class:`SharedContext`: its sequence ids start at ``slot *
     ids_per_slot``; its extends decode through the shared context's batcher; closing it frees its
     cells and the slot, not the model."""
 
     def __init__(self, shared: SharedContext, slot: int):
-        self._llama = shared.llama
+        self._llama = LockedCache(shared.llama, shared.batcher.cache_lock)
         self._shared, self.slot = shared, slot
         self.model_path = shared.model_path
         self.max_tree_paths = shared.ids_per_slot - 1
@@ -277,10 +302,16 @@ class SlotSession(LlamaCppSession):
         submission = Submission(tokens, positions, sequence_ids, read)
         self._shared.batcher.submit(self._shared, submission)
         if submission.error is not None:
+            self._undo_extend()
             raise submission.error
         if submission.status:
             self._fail_decode(submission.status, submission.failed_at, context)
         return None if read is None else read.join(submission.pieces, self._vocab_size)
+
+    def _undo_extend(self) -> None:
+        """Free what an extend that raised left: its path sequences and cells past the cached tokens."""
+        self._drop_path_sequences()
+        self._llama.llama_memory_seq_rm(self._memory, self.committed, len(self.cached), -1)
 
     def _clear_cache(self) -> None:
         """Free this slot's cells only (the other slots' requests go on)."""

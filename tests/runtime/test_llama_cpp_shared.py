@@ -103,6 +103,26 @@ def test_a_thread_in_no_request_decodes_at_once():
     assert context.decodes == [[[3]]] and batcher.steps == 0
 
 
+def test_a_slot_edits_the_cache_only_under_the_cache_lock():
+    from types import SimpleNamespace
+
+    from specplan.runtime.llama_cpp_shared import LockedCache
+
+    calls = []
+    module = SimpleNamespace(llama_memory_seq_rm=lambda *args: calls.append(args), llama_decode=lambda *args: "free")
+    lock = threading.Lock()
+    cache = LockedCache(module, lock)
+    assert cache.llama_decode() == "free"
+    lock.acquire()  # another slot's edit, or the batcher's decode, is in flight
+    edit = threading.Thread(target=cache.llama_memory_seq_rm, args=("memory", 3, -1, -1))
+    edit.start()
+    edit.join(0.2)
+    assert edit.is_alive() and calls == []
+    lock.release()
+    edit.join(5.0)
+    assert calls == [("memory", 3, -1, -1)]
+
+
 # ---- slot sessions on the default GGUF ------------------------------------------------------------
 
 PROMPTS = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
