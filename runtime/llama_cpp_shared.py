@@ -10,7 +10,9 @@ tokens, positions, sequence ids and the rows it reads to the :class:`Batcher` an
 batcher's thread decodes once every request's thread waits on a decode: all their tokens in one
 ``llama_decode`` per model (in BATCH-token pieces), each session's rows handed back to it. A round
 of N requests then costs T(their tokens together) instead of N forwards, as a batched step does in
-vLLM v1's scheduler; here the step is one round of every request in flight.
+vLLM v1's scheduler; here the step is one round of every request in flight. The slots share one
+cache, and llama-cpp-python releases the GIL in every call, so every decode and every cache edit
+(a slot's keep, trim, reset) holds the batcher's ``cache_lock`` (:class:`LockedCache`).
 
 Numerics: the requests' cells interleave in the cache, and a freed cell goes to whichever sequence
 decodes next, so a slot session's cells do not stay in position order (no junk sequence, no
