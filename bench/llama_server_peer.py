@@ -110,7 +110,7 @@ def parse_peer(name: str) -> ServerPeer:
     """The peer a baseline name stands for; SpecplanError (one line) for a name that is not one.
 
     >>> parse_peer("llama-server-draft:4")
-    ServerPeer(name='llama-server-draft:4', spec_type='draft-simple', draft_n_max=4)
+    ServerPeer(name='llama-server-draft:4', spec_type='draft-simple', draft_n_max=4, flash_off=False)
     >>> parse_peer("llama-server-ngram").spec_type
     'ngram-simple'
     """
