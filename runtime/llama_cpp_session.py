@@ -178,6 +178,34 @@ def node_sequence_ids(parents: Sequence[int], paths: list[list[int]], committed:
     return ids
 
 
+def fill_batch(batch, start: int, tokens: Sequence[int], positions: Sequence[int],
+               sequence_ids: Sequence[list[int]], logits: bool) -> int:
+    """Write tokens, their positions, sequence ids and logit flags into ``batch`` from row ``start``;
+    the row after the last written."""
+    index = start
+    for token, position, ids in zip(tokens, positions, sequence_ids):
+        batch.token[index] = token
+        batch.pos[index] = position
+        batch.n_seq_id[index] = len(ids)
+        for slot, sequence in enumerate(ids):
+            batch.seq_id[index][slot] = sequence
+        batch.logits[index] = 1 if logits else 0
+        index += 1
+    return index
+
+
+def logits_view(llama, context, rows: int, vocab_size: int, views: dict) -> np.ndarray:
+    """llama.cpp's logits buffer of ``context`` after a decode, as a float32 array [rows, vocab] (no
+    copy). Views are cached in ``views`` by the buffer's address and row count: making one through
+    ctypes costs more than reading a row."""
+    pointer = llama.llama_get_logits(context)
+    key = (ctypes.addressof(pointer.contents), rows)
+    view = views.get(key)
+    if view is None:
+        view = views[key] = np.ctypeslib.as_array(pointer, shape=(rows, vocab_size))
+    return view
+
+
 class CopyRows:
     """Reads a decode's logits rows as a float32 tensor [n, vocab]: one numpy copy out of
     llama.cpp's buffer, handed to torch as it is."""
@@ -547,28 +575,13 @@ class LlamaCppSession(Session):
         return read.join(pieces, self._vocab_size)
 
     def _logits_view(self, rows: int, context) -> np.ndarray:
-        """llama.cpp's logits buffer after a decode, as a float32 array [rows, vocab] (no copy).
-        Views are cached by the buffer's address and row count: making one through ctypes costs
-        more than reading a row."""
-        pointer = self._llama.llama_get_logits(context)
-        key = (ctypes.addressof(pointer.contents), rows)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=(rows, self._vocab_size))
-        return view
+        """llama.cpp's logits buffer of ``context`` after a decode (:func:`logits_view`)."""
+        return logits_view(self._llama, context, rows, self._vocab_size, self._views)
 
     def _fill_batch(self, tokens: list[int], positions: list[int], sequence_ids: list[list[int]],
                     logits: bool = True) -> None:
         """Write one decode's tokens, positions, sequence ids and logit flags into the batch."""
-        batch = self._batch
-        batch.n_tokens = len(tokens)
-        for index, (token, position, ids) in enumerate(zip(tokens, positions, sequence_ids)):
-            batch.token[index] = token
-            batch.pos[index] = position
-            batch.n_seq_id[index] = len(ids)
-            for slot, sequence in enumerate(ids):
-                batch.seq_id[index][slot] = sequence
-            batch.logits[index] = 1 if logits else 0
+        self._batch.n_tokens = fill_batch(self._batch, 0, tokens, positions, sequence_ids, logits)
 
     def _fail_decode(self, status: int, first: int, context) -> None:
         """Undo what a failed extend left in the cache of ``context`` and raise a one-line SpecplanError."""

@@ -26,10 +26,9 @@ team belongs to the thread that calls it (serve/worker.py).
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 
 from specplan.core.errors import ModelError, SpecplanError
 from specplan.runtime.llama_cpp_session import (BATCH, LlamaCppSession, _llama_cpp, _prepare_backend, context_params,
-                                                load_model)
+                                                fill_batch, load_model, logits_view)
 
 LLAMA_MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may hold
 
@@ -206,42 +205,25 @@ class SharedContext:
     def _decode_segments(self, segments: list[tuple[Submission, int, int]]) -> bool:
         """One llama_decode of the segments (submission, first token, count); False when it failed."""
         index = 0
-        batch = self.batch
         for submission, first, count in segments:
-            rows = 1 if submission.read is not None else 0
-            for offset in range(first, first + count):
-                batch.token[index] = submission.tokens[offset]
-                batch.pos[index] = submission.positions[offset]
-                ids = submission.sequence_ids[offset]
-                batch.n_seq_id[index] = len(ids)
-                for position, sequence in enumerate(ids):
-                    batch.seq_id[index][position] = sequence
-                batch.logits[index] = rows
-                index += 1
-        batch.n_tokens = index
-        status = self.llama.llama_decode(self.context, batch)
+            last = first + count
+            index = fill_batch(self.batch, index, submission.tokens[first:last], submission.positions[first:last],
+                               submission.sequence_ids[first:last], submission.read is not None)
+        self.batch.n_tokens = index
+        status = self.llama.llama_decode(self.context, self.batch)
         if status != 0:
             for submission, first, _count in segments:
                 if not submission.status:
                     submission.status, submission.failed_at = status, first
             return False
         read_rows = sum(count for submission, _first, count in segments if submission.read is not None)
-        view = self._logits_view(read_rows) if read_rows else None
+        view = logits_view(self.llama, self.context, read_rows, self.vocab_size, self._views) if read_rows else None
         row = 0
         for submission, _first, count in segments:
             if submission.read is not None:
                 submission.pieces.append(submission.read.take(view[row:row + count]))
                 row += count
         return True
-
-    def _logits_view(self, rows: int) -> np.ndarray:
-        """llama.cpp's logits buffer after a decode, as [rows, vocab] float32 (no copy; views cached)."""
-        pointer = self.llama.llama_get_logits(self.context)
-        key = (ctypes.addressof(pointer.contents), rows)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size))
-        return view
 
     def close(self) -> None:
         """Free the batch, the context and the model (safe to call twice)."""
@@ -355,5 +337,3 @@ class SharedModels:
             shared.close()
         self._contexts.clear()
 
-
-SessionSource = Callable[[str | Path, bool], LlamaCppSession]
