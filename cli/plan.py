@@ -8,7 +8,7 @@ from pathlib import Path
 from specplan.api import check_batch_sizes, solve_plan_file
 from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
 from specplan.core.outputs import check_output_file
-from specplan.core.plan import Plan, floor_phrase, save_plan
+from specplan.core.plan import Plan, floor_phrase, prompt_spread_of, save_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.planner import explain as explain_result
 from specplan.planner.explain_schedule import schedule_table
@@ -71,6 +71,11 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
           f"{floor_phrase(plan)}")
     if isinstance(plan.solver, dict) and plan.solver.get("plain_reason"):
         print(f"specplan: {plan.solver['plain_reason']}")  # the one-line reason a plan is plain decoding
+    spread = prompt_spread_of(plan)
+    if spread is not None and spread[0] < 1.0:
+        print(f"specplan: on the least favourable draws of the calibration prompts the plan is {spread[0]:.2f}x the "
+              "floor; at run time a guard plays plain decoding in each request where the plan loses (run --no-fallback "
+              "turns it off)")
     if plan.adaptive is not None:
         print(f"specplan: adaptive: {len(plan.adaptive.candidates)} candidate configurations, re-solved from each "
               f"request's acceptance every {plan.adaptive.every} target rounds")

@@ -87,6 +87,15 @@ def most_children(parents: Sequence[int]) -> int:
     return max(sibling_ranks(parents)[1:], default=-1) + 1
 
 
+def leaf_count(parents: Sequence[int]) -> int:
+    """Leaves of a tree (nodes with no children): its root-to-leaf paths.
+
+    >>> leaf_count((-1, 0, 0, 1))
+    2
+    """
+    return len(parents) - len(set(parents[1:]))
+
+
 def depth_and_width(parents: Sequence[int]) -> tuple[int, int]:
     """(depth, width) of a tree: its deepest level and the most non-leaf nodes at one level.
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from specplan.core.errors import PlanError, TreeError
 from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
-from specplan.core.parents import capped_parents, check_parents, tree_depth
+from specplan.core.parents import capped_parents, check_parents, leaf_count, tree_depth
 from specplan.core.plan_adaptive import AdaptiveSettings, adaptive_from_dict, adaptive_to_dict
 from specplan.core.schedule import Schedule, plan_number, schedule_from_dict, schedule_to_dict
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
@@ -77,6 +77,17 @@ class StageShape:
         if self.kind == "sequence":
             return self.gamma + 1
         return len(self.parents) if self.parents else self.budget
+
+    @property
+    def most_paths(self) -> int:
+        """Most root-to-leaf paths one draft of this shape has (a llama.cpp session gives each its own
+        sequence id): a chain's 1, a static tree's leaves; a tree grown at run time or grafted, one
+        per node below the root at most."""
+        if self.kind == "sequence":
+            return 1
+        if self.parents and not self.graft:
+            return leaf_count(self.parents)
+        return max(1, self.size - 1)
 
     @property
     def max_depth(self) -> int:
@@ -343,4 +354,17 @@ def floor_phrase(plan: Plan) -> str:
     if floor is None:
         return f"{plan.predicted.speedup:.2f}x over plain decoding"
     name, floor_ms = floor
-    return f"{floor_ms / plan.predicted.ms_per_token:.2f}x {name} ({1000.0 / floor_ms:.1f} tok/s)"
+    spread = prompt_spread_of(plan)
+    over = "" if spread is None else (f"; {spread[0]:.2f}x-{spread[1]:.2f}x over draws of its {spread[2]} "
+                                      "calibration prompts")
+    return f"{floor_ms / plan.predicted.ms_per_token:.2f}x {name} ({1000.0 / floor_ms:.1f} tok/s{over})"
+
+
+def prompt_spread_of(plan: Plan) -> tuple[float, float, int] | None:
+    """(low, high, prompts): the speedup over the floor at both ends of the central 90% of draws of the
+    calibration prompts (plan.yaml ``solver.prompt_spread``, planner/spread.py); None where not drawn."""
+    spread = plan.solver.get("prompt_spread") if isinstance(plan.solver, dict) else None
+    if not isinstance(spread, dict) or len(spread.get("speedup") or ()) != 2:
+        return None
+    low, high = spread["speedup"]
+    return float(low), float(high), int(spread.get("prompts", 0))

@@ -15,6 +15,7 @@ from typing import Any
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, ProfileError
 from specplan.core.limits import check_count
+from specplan.core.prompt_counts import PromptCounts
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
 # profile.yaml versions: 1 (T(n) at batch 1) and 2 (latency curves may carry `batch`, T(n, b)).
@@ -120,6 +121,8 @@ class AcceptanceEntry:
     (retrieval drafters): how many of those rounds had exactly ``d`` draft tokens to propose,
     d = 0..gamma (a lookup that finds no match drafts none, and its round verifies the root
     alone); empty: every round drafted ``gamma`` (docs/planner-math.md section 1).
+    ``per_prompt``: the same rounds counted per calibration prompt, in prompt order (core/prompt_counts.py;
+    the planner's spread over prompts, section 9.2); empty in profiles from before they were kept.
     """
 
     drafter: str
@@ -132,6 +135,7 @@ class AcceptanceEntry:
     retrieval_rank_accept: tuple[float, ...] = ()
     samples: int = 0
     drafted_hist: tuple[int, ...] = ()
+    per_prompt: tuple[PromptCounts, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -361,11 +365,25 @@ def _acceptance(raw: dict[str, Any], index: int) -> AcceptanceEntry:
         ),
         samples=_count(raw.get("samples", 0), f"{where}.samples"),
         drafted_hist=tuple(_count(v, f"{where}.drafted_hist") for v in raw.get("drafted_hist") or ()),
+        per_prompt=tuple(_prompt_counts(c, f"{where}.per_prompt[{i}]") for i, c in enumerate(raw.get("per_prompt") or ())),
     )
+    longest = len(entry.accepted_hist)
+    if any(len(c.hist) > longest or len(c.censored) > longest or len(c.drafted_hist) > longest
+           or len(c.rank_hits) > len(entry.rank_accept) for c in entry.per_prompt):
+        raise ProfileError(f"{where}.per_prompt counts rounds longer than accepted_hist or ranks beyond rank_accept; "
+                           "re-profile")
     if entry.drafted_hist and len(entry.drafted_hist) != len(entry.accepted_hist):
         raise ProfileError(f"{where}.drafted_hist has {len(entry.drafted_hist)} counts and accepted_hist "
                            f"{len(entry.accepted_hist)}; both count rounds by length 0..gamma: re-profile")
     return entry
+
+
+def _prompt_counts(raw: Any, where: str) -> PromptCounts:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where} must be a mapping of counts; re-profile")
+    return PromptCounts(**{key: tuple(_count(v, f"{where}.{key}") for v in raw.get(key) or ())
+                           for key in ("hist", "censored", "drafted_hist", "rank_hits")},
+                        positions=_count(raw.get("positions", 0), f"{where}.positions"))
 
 
 def _device(raw: Any) -> DeviceInfo:
@@ -480,6 +498,11 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
             entry["drafted_hist"] = list(entry["drafted_hist"])
         else:
             del entry["drafted_hist"]  # model drafters always draft gamma: profiles read as before
+        entry["per_prompt"] = [{key: list(value) if isinstance(value, tuple) else value
+                                for key, value in counts.items() if value}
+                               for counts in entry["per_prompt"]]
+        if not entry["per_prompt"]:
+            del entry["per_prompt"]  # profiles from before per-prompt counts read as before
     document["models"] = list(document["models"])
     document["acceptance"] = list(document["acceptance"])
     document["retrieval"] = list(document["retrieval"])

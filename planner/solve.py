@@ -23,6 +23,7 @@ from .hierarchy import HierarchySolution, StageCost, chain_for, solve_exact_stag
 from .lp import solve_lp
 from .options import PlanOptions
 from .simulate import SimulationResult, simulate_plan
+from .spread import prompt_spread
 from .validate import NoCandidatesError, PlannerWarning, validate_profile
 
 __all__ = ["Candidate", "PlanOptions", "PlanResult", "plan_for_candidate", "solve_plan"]
@@ -220,6 +221,9 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
                   **({} if best.stages else {"plain_reason": plain_reason(rows, floor)}),
                   **({} if options.horizon is None else {"horizon": options.horizon})})
     plan, simulation = _simulated(plan, profile, options)
+    spread = prompt_spread(plan, profile, floor.ms_per_token)  # section 9.2
+    if spread is not None:
+        plan = replace(plan, solver={**plan.solver, "prompt_spread": spread.as_record()})
     status = "optimal" if agrees else "unverified"
     message = f"{best.summary}: {best.ms_per_token:.3f} ms/token; {lp_message}; {len(messages)} warning(s)"
     values = {m: solution.best(m) for m in costs.models}

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specplan.core.prompt_counts import PromptCounts, chain_alpha, completed_histogram
 from specplan.runtime.backend import Session
 
 
@@ -92,36 +93,6 @@ def tree_round_positions(length: int, depth: int, accepted_at: Callable[[int, in
     return visited
 
 
-def completed_histogram(exact: Sequence[int], censored: Sequence[int]) -> list[int]:
-    """Rounds by accepted length 0..G from ``exact[a]`` (rounds that accepted a) and
-    ``censored[c]`` (rounds known only to accept at least c): the product-limit estimate of
-    P(A = a) (Kaplan & Meier, JASA 1958) times every round, rounded to whole rounds by largest
-    remainder so the total stays. A round censored at c passed positions 0..c-1: it is at risk
-    at k < c and unobserved from c on.
-
-    >>> completed_histogram([1, 1, 0, 2], [0, 0, 0, 0])
-    [1, 1, 0, 2]
-    >>> completed_histogram([2, 0, 0, 2], [0, 0, 4, 0])    # 4 rounds matched 2, then the output ended
-    [2, 0, 0, 6]
-    """
-    gamma = len(exact) - 1
-    total = sum(exact) + sum(censored)
-    if not sum(censored):
-        return list(exact)
-    survival, shares = 1.0, []
-    for k in range(gamma):
-        at_risk = sum(exact[k:]) + sum(censored[k + 1:])
-        hazard = exact[k] / at_risk if at_risk else 0.0
-        shares.append(survival * hazard)
-        survival *= 1.0 - hazard
-    shares.append(survival)
-    counts = [int(share * total) for share in shares]
-    remainders = sorted(range(gamma + 1), key=lambda a: counts[a] - shares[a] * total)
-    for a in remainders[: total - sum(counts)]:
-        counts[a] += 1
-    return counts
-
-
 @dataclass
 class AcceptanceCounter:
     """Accumulates replay statistics for one (drafter, verifier) pair."""
@@ -135,11 +106,25 @@ class AcceptanceCounter:
     calls: int = 0
     drafted_hist: list[int] = field(default_factory=list)  # [gamma + 1] once a round says how many it drafted
     censored: list[int] = field(default_factory=list)  # [gamma + 1]: rounds that matched c tokens when the output ended
+    prompts: list[PromptCounts] = field(default_factory=list)  # each ended prompt's share (:meth:`end_prompt`)
+    ended: PromptCounts = field(default_factory=PromptCounts)  # the totals when the last prompt ended
 
     def __post_init__(self) -> None:
         self.hist = [0] * (self.gamma + 1)
         self.censored = [0] * (self.gamma + 1)
         self.rank_hits = [0] * self.width
+
+    def totals(self) -> PromptCounts:
+        """Every count so far, as one :class:`PromptCounts`."""
+        return PromptCounts(tuple(self.hist), tuple(self.censored), tuple(self.drafted_hist), tuple(self.rank_hits),
+                            self.positions)
+
+    def end_prompt(self) -> None:
+        """Close one calibration prompt: what was counted since the last one ended joins ``prompts``
+        (the profile's ``per_prompt``, core/prompt_counts.py)."""
+        now = self.totals()
+        self.prompts.append(now.minus(self.ended).trimmed())
+        self.ended = now
 
     def add_matches(self, matches: Sequence[bool]) -> None:
         """One prompt's ``matches[t]`` (the drafter's top choice at output position t equals the
@@ -193,10 +178,7 @@ class AcceptanceCounter:
     def alpha(self) -> float:
         """MLE of the i.i.d. per-token acceptance from the histogram (arXiv 2211.17192):
         accepted tokens / (accepted tokens + rejections); full-gamma rounds have no rejection."""
-        accepted = sum(a * count for a, count in enumerate(self.hist)) + sum(
-            c * count for c, count in enumerate(self.censored))
-        rejections = sum(self.hist[: self.gamma])
-        return accepted / (accepted + rejections) if accepted + rejections else 0.0
+        return chain_alpha(self.hist, self.censored)
 
     @property
     def rank_accept(self) -> tuple[float, ...]:

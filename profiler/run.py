@@ -109,7 +109,7 @@ def _entry(spec: DrafterSpec, counter: AcceptanceCounter, settings, retrieval_ra
         drafter=spec.id, verifier=verifier, temperature=0.0, alpha=counter.alpha, gamma=counter.gamma,
         accepted_hist=accepted_hist, rank_accept=counter.rank_accept,
         retrieval_rank_accept=tuple(retrieval_rank_accept), samples=sum(accepted_hist),
-        drafted_hist=tuple(counter.drafted_hist),
+        drafted_hist=tuple(counter.drafted_hist), per_prompt=tuple(counter.prompts),
     )
 
 
@@ -128,9 +128,10 @@ def _model_acceptance(spec: DrafterSpec, network: torch.nn.Module, pairs, device
     else:
         def replay(prompt_ids, output_ids):
             return replay_model(counter, network, prompt_ids, output_ids, device)
-    tops = [replay(prompt_ids, output_ids)
-            for prompt_ids, output_ids in tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier}", unit="prompt",
-                                               leave=False)]
+    tops = []
+    for prompt_ids, output_ids in tqdm(pairs, desc=f"acceptance: {spec.id} -> {verifier}", unit="prompt", leave=False):
+        tops.append(replay(prompt_ids, output_ids))
+        counter.end_prompt()
     return _entry(spec, counter, settings, verifier=verifier), counter, tops
 
 
@@ -158,6 +159,7 @@ def _retrieval_acceptance(build, target: LoadedModel, pairs, device, settings, s
             logits = teacher_forced_logits(verifier_network, prompt_ids + output_ids, device)  # [len, vocab]
         replay_retrieval(counter, tree, chain, prompt_ids, output_ids, target_logits=logits,
                          model_top=siblings[index] if siblings else None, graft_counter=graft)
+        counter.end_prompt()
     return _entry(spec, counter, settings, graft.rank_accept if graft else (), verifier_id), counter
 
 

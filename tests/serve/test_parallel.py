@@ -113,3 +113,22 @@ def test_an_exact_numerics_plan_is_refused_in_one_line(exact_plan):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "fast numerics" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_tree_with_more_paths_than_a_slot_holds_is_refused_at_start(fast_plan):
+    """Each of N slots holds 256 // N sequence ids (one for the committed tokens, one per tree path):
+    a 40-leaf tree fits 6 slots, not 8, and the refusal names the largest --parallel that fits."""
+    from dataclasses import replace
+
+    from specplan.api import shared_sessions
+    from specplan.core.errors import SpecplanError
+    from specplan.core.plan import StageShape, load_plan
+    from specplan.core.profile import load_profile
+
+    plan, profile = load_plan(fast_plan), load_profile(STORED)
+    star = StageShape(kind="tree", parents=(-1,) + (0,) * 40)
+    assert star.most_paths == 40 and StageShape(kind="sequence", gamma=7).most_paths == 1
+    wide = replace(plan, stages=(replace(plan.stages[0], shape=star),))
+    with pytest.raises(SpecplanError, match=r"40: serve it with --parallel 6 or fewer"):
+        shared_sessions(wide, profile, 8, threads=1)
+    assert shared_sessions(wide, profile, 6, threads=1).slots == 6
