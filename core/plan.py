@@ -194,6 +194,16 @@ class Plan:
     def summary(self) -> str:
         return describe_stages(self.stages, self.target)
 
+    def most_tree_paths(self) -> int:
+        """The most root-to-leaf paths one draft of any configuration this plan may run has (its stages,
+        an adaptive plan's candidates, a schedule's rows): a llama.cpp session holds a sequence id for each."""
+        configurations = [self.stages]
+        if self.adaptive is not None:
+            configurations += [candidate.stages for candidate in self.adaptive.candidates]
+        if self.schedule is not None:
+            configurations += [row.stages for row in self.schedule.rows]
+        return max((stage.shape.most_paths for stages in configurations for stage in stages), default=1)
+
     def widest_target_verify(self) -> int | None:
         """The most tokens one target forward verifies under this plan (its stage's draft, root
         included; 1 for plain decoding), or None when the runtime may choose other shapes (an

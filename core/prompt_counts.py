@@ -108,15 +108,23 @@ def chain_alpha(exact: Sequence[int], censored: Sequence[int]) -> float:
 
 def pooled_entry(entry: "AcceptanceEntry", prompts: Sequence[int]) -> "AcceptanceEntry":
     """``entry`` as if its profile had calibrated on ``prompts`` (indices into ``entry.per_prompt``,
-    repeats allowed): histograms, rate and rank acceptance pooled over them. Graft's
-    ``retrieval_rank_accept`` is kept as measured (its counts are not kept per prompt)."""
+    repeats allowed): histograms, rate and rank acceptance pooled over them (:func:`entry_from_totals`)."""
     chosen = [entry.per_prompt[index] for index in prompts]
     length = entry.gamma + 1
-    exact, censored = _sum([c.hist for c in chosen], length), _sum([c.censored for c in chosen], length)
-    accepted_hist = tuple(completed_histogram(exact, censored))
-    drafted = _sum([c.drafted_hist for c in chosen], length) if entry.drafted_hist else []
-    positions = sum(c.positions for c in chosen)
-    hits = _sum([c.rank_hits for c in chosen], len(entry.rank_accept))
-    rank_accept = tuple(hit / positions for hit in hits) if positions else tuple(0.0 for _ in hits)
-    return replace(entry, alpha=chain_alpha(exact, censored), accepted_hist=accepted_hist, rank_accept=rank_accept,
-                   samples=sum(accepted_hist), drafted_hist=tuple(drafted), per_prompt=())
+    totals = PromptCounts(tuple(_sum([c.hist for c in chosen], length)), tuple(_sum([c.censored for c in chosen], length)),
+                          tuple(_sum([c.drafted_hist for c in chosen], length)),
+                          tuple(_sum([c.rank_hits for c in chosen], len(entry.rank_accept))),
+                          sum(c.positions for c in chosen))
+    return entry_from_totals(entry, totals)
+
+
+def entry_from_totals(entry: "AcceptanceEntry", totals: PromptCounts) -> "AcceptanceEntry":
+    """``entry`` with every statistic recomputed from ``totals`` (counts summed over some prompts, lists of
+    full length), as the profiler computes them from all of its prompts. Graft's ``retrieval_rank_accept``
+    is kept as measured (its counts are not kept per prompt)."""
+    accepted_hist = tuple(completed_histogram(totals.hist, totals.censored))
+    positions = totals.positions
+    rank_accept = tuple(hit / positions if positions else 0.0 for hit in totals.rank_hits)
+    return replace(entry, alpha=chain_alpha(totals.hist, totals.censored), accepted_hist=accepted_hist,
+                   rank_accept=rank_accept, samples=sum(accepted_hist),
+                   drafted_hist=tuple(totals.drafted_hist) if entry.drafted_hist else (), per_prompt=())

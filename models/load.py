@@ -44,6 +44,7 @@ class LoadedModel:
     wide_from: int = 0  # llama.cpp fast numerics: the target's chain extends this wide or wider on unrepacked weights (0: never)
     flash_off: bool = False  # llama.cpp fast numerics: the target's context runs without flash attention (the profile's choice)
     sessions: object = None  # llama.cpp: sessions(gguf, exact) -> a session over a shared context (serve --parallel), else each loads its own
+    tree_paths: int = 0  # llama.cpp: root-to-leaf paths of the plan's widest draft tree (0: the session's default)
 
 
 def cache_root() -> Path:

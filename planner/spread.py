@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specplan.core.errors import PlanError
 from specplan.core.plan import Plan
-from specplan.core.profile import Profile
-from specplan.core.prompt_counts import pooled_entry
+from specplan.core.profile import AcceptanceEntry, Profile
+from specplan.core.prompt_counts import PromptCounts, entry_from_totals
 
 from .recheck import recost
 
@@ -52,13 +53,42 @@ def prompt_spread(plan: Plan, profile: Profile, floor_ms: float, *, resamples: i
     if len(counts) != 1 or 0 in counts or recost(plan, profile) is None:
         return None
     prompts = counts.pop()
+    tables = {id(entry): _count_tables(entry) for entry in entries}
     generator = np.random.default_rng(seed)
     speedups = []
     for _ in range(resamples):
-        draw = generator.integers(0, prompts, size=prompts).tolist()
-        acceptance = tuple(pooled_entry(entry, draw) if any(entry is e for e in entries) else entry
+        weights = np.bincount(generator.integers(0, prompts, size=prompts), minlength=prompts)
+        acceptance = tuple(_drawn(entry, tables[id(entry)], weights) if id(entry) in tables else entry
                            for entry in profile.acceptance)
-        ms = recost(plan, replace(profile, acceptance=acceptance))
+        try:
+            ms = recost(plan, replace(profile, acceptance=acceptance))
+        except PlanError:  # a draw of prompts where the drafter had no round to count
+            continue
         speedups.append(floor_ms / ms if ms and ms > 0 else 0.0)
+    if len(speedups) < resamples / 2:
+        return None
     low, high = np.quantile(speedups, [(1.0 - level) / 2, (1.0 + level) / 2])
     return PromptSpread(prompts, level, float(low), float(high))
+
+
+def _count_tables(entry: AcceptanceEntry) -> tuple[np.ndarray, ...]:
+    """The entry's per-prompt counts as one [prompts, length] table per kind, and the positions."""
+    def table(lists, length: int) -> np.ndarray:
+        rows = np.zeros((len(lists), length), dtype=np.int64)
+        for row, counts in enumerate(lists):
+            rows[row, :len(counts)] = counts
+        return rows
+
+    per_prompt, length = entry.per_prompt, entry.gamma + 1
+    return (table([c.hist for c in per_prompt], length), table([c.censored for c in per_prompt], length),
+            table([c.drafted_hist for c in per_prompt], length),
+            table([c.rank_hits for c in per_prompt], len(entry.rank_accept)),
+            np.array([c.positions for c in per_prompt], dtype=np.int64))
+
+
+def _drawn(entry: AcceptanceEntry, tables: tuple[np.ndarray, ...], weights: np.ndarray) -> AcceptanceEntry:
+    """The entry pooled over a draw that took prompt i ``weights[i]`` times (core/prompt_counts.py)."""
+    hist, censored, drafted, ranks, positions = (weights @ table for table in tables)
+    totals = PromptCounts(tuple(hist.tolist()), tuple(censored.tolist()), tuple(drafted.tolist()),
+                          tuple(ranks.tolist()), int(positions))
+    return entry_from_totals(entry, totals)

@@ -41,6 +41,20 @@ class DrafterBuild:
 
 
 LLAMA_CPP_CONTEXT = 4096  # cells of each llama.cpp session: the prompt, the new tokens and one draft
+TREE_PATHS = 64  # sequence ids a llama.cpp session keeps for a draft tree's paths unless the plan needs more
+
+
+def llama_cpp_tree_paths(plan: Plan) -> int:
+    """The sequence ids for draft-tree paths a llama.cpp session of ``plan`` needs (its widest tree's
+    root-to-leaf paths); PlanError (one line) beyond what one context holds: 256 sequence ids, less one
+    for the committed tokens and one spare (runtime/llama_cpp_session.py)."""
+    from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES
+
+    paths = plan.most_tree_paths()
+    if paths > LLAMA_MAX_SEQUENCES - 2:
+        raise PlanError(f"the plan's draft tree has {paths} root-to-leaf paths, and a llama.cpp context holds "
+                        f"{LLAMA_MAX_SEQUENCES - 2}: re-plan with a smaller --max-budget")
+    return paths
 
 
 def target_session(target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
@@ -64,7 +78,7 @@ def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_f
     if target.sessions is not None:  # several requests decode together (runtime/llama_cpp_shared.py)
         return target.sessions(gguf, exact, flash_off)
     return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact,
-                           wide_from=wide_from, flash_off=flash_off)
+                           wide_from=wide_from, flash_off=flash_off, max_tree_paths=max(TREE_PATHS, target.tree_paths))
 
 
 def _llama_cpp_drafter(spec: DrafterSpec, target: LoadedModel) -> Session:

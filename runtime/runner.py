@@ -17,7 +17,7 @@ from specplan.core.profile import Profile
 from specplan.core.prompts import Prompt
 from specplan.runtime.adaptive import AdaptiveEngine, AdaptiveResult
 from specplan.runtime.adaptive_build import build_adaptive_engine
-from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_engine
+from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_engine, llama_cpp_tree_paths
 from specplan.runtime.context import check_fits, draft_width, model_context
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
@@ -155,7 +155,7 @@ class PlanRunner:
         if profile.backend == "llama.cpp":
             target = replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
                              wide_from=0 if sessions else wide_verify_width(plan, profile), sessions=sessions,
-                             flash_off=profile.target.flash_attention == "off")
+                             flash_off=profile.target.flash_attention == "off", tree_paths=llama_cpp_tree_paths(plan))
         else:
             target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
         check_weights(profile, target.fingerprint, force)

@@ -172,7 +172,7 @@ def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
     if profile.exact:
         raise SpecplanError(f"--parallel {parallel} decodes requests together, which needs fast numerics; this plan's "
                             "profile runs exact numerics: re-profile with --numerics fast, or serve it with --parallel 1")
-    paths = max((stage.shape.most_paths for stage in plan.stages), default=1)
+    paths = plan.most_tree_paths()
     room = LLAMA_MAX_SEQUENCES // parallel - 1  # sequence ids per slot, less the committed one
     if paths > room:
         most = LLAMA_MAX_SEQUENCES // (paths + 1)

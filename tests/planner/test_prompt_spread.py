@@ -56,6 +56,17 @@ def test_pooling_every_prompt_gives_back_the_profile_entry(seed):
     assert twice.samples == 2 * once.samples and twice.alpha == pytest.approx(once.alpha)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_planner_pools_a_draw_as_the_profile_pools_its_prompts(seed):
+    import numpy as np
+
+    from specplan.planner.spread import _count_tables, _drawn
+
+    entry = counter_entry(random_counter(seed))
+    draw = np.random.default_rng(seed).integers(0, 6, size=6)
+    assert _drawn(entry, _count_tables(entry), np.bincount(draw, minlength=6)) == pooled_entry(entry, draw.tolist())
+
+
 def copying_profile(copies: list[bool]) -> Profile:
     """A llama.cpp target (T(n) = 20 + n - 1 ms, floor 20 ms) and a lookup whose prompts either copy
     (every round accepts all 4 tokens) or do not (every round accepts none)."""
