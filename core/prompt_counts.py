@@ -108,7 +108,9 @@ def chain_alpha(exact: Sequence[int], censored: Sequence[int]) -> float:
 
 def pooled_entry(entry: "AcceptanceEntry", prompts: Sequence[int]) -> "AcceptanceEntry":
     """``entry`` as if its profile had calibrated on ``prompts`` (indices into ``entry.per_prompt``,
-    repeats allowed): histograms, rate and rank acceptance pooled over them (:func:`entry_from_totals`)."""
+    repeats allowed): histograms, rate and rank acceptance pooled over them (:func:`entry_from_totals`).
+    Plain Python, one prompt at a time: the reference that the planner's vectorised pooling of a draw
+    (planner/spread.py) is tested against, as the DP is against brute force."""
     chosen = [entry.per_prompt[index] for index in prompts]
     length = entry.gamma + 1
     totals = PromptCounts(tuple(_sum([c.hist for c in chosen], length)), tuple(_sum([c.censored for c in chosen], length)),

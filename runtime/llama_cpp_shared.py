@@ -136,6 +136,12 @@ class Batcher:
         return len(self._members)
 
 
+def slot_tree_paths(slots: int) -> int:
+    """Draft-tree paths one of ``slots`` slots holds: its ``LLAMA_MAX_SEQUENCES // slots`` sequence ids,
+    less the one for its committed tokens."""
+    return LLAMA_MAX_SEQUENCES // slots - 1
+
+
 class SharedContext:
     """One GGUF model in one llama.cpp context whose unified cache ``slots`` sessions share, each
     with ``n_ctx`` cells and ``LLAMA_MAX_SEQUENCES // slots`` sequence ids (fast numerics)."""
@@ -267,7 +273,7 @@ class SlotSession(LlamaCppSession):
         self._llama = LockedCache(shared.llama, shared.batcher.cache_lock)
         self._shared, self.slot = shared, slot
         self.model_path = shared.model_path
-        self.max_tree_paths = shared.ids_per_slot - 1
+        self.max_tree_paths = slot_tree_paths(shared.slots)
         self.committed = slot * shared.ids_per_slot
         self.junk_sequence = -1  # never used: the cells need not stay in order (module docstring)
         self.keeps_order = False

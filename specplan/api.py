@@ -159,7 +159,7 @@ def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
     """The session source of a server decoding ``parallel`` requests together (runtime/llama_cpp_shared.py);
     SpecplanError (one line) for a plan that cannot: not on llama.cpp, adaptive, or exact numerics."""
     from specplan.runtime.build import LLAMA_CPP_CONTEXT
-    from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES, SharedModels
+    from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES, SharedModels, slot_tree_paths
 
     if parallel < 1 or parallel > LLAMA_MAX_SEQUENCES // 2:
         raise SpecplanError(f"--parallel {parallel}: pass 1 to {LLAMA_MAX_SEQUENCES // 2}")
@@ -173,7 +173,7 @@ def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
         raise SpecplanError(f"--parallel {parallel} decodes requests together, which needs fast numerics; this plan's "
                             "profile runs exact numerics: re-profile with --numerics fast, or serve it with --parallel 1")
     paths = plan.most_tree_paths()
-    room = LLAMA_MAX_SEQUENCES // parallel - 1  # sequence ids per slot, less the committed one
+    room = slot_tree_paths(parallel)
     if paths > room:
         most = LLAMA_MAX_SEQUENCES // (paths + 1)
         raise SpecplanError(f"--parallel {parallel} leaves each request {room} sequence ids for a draft tree's "
