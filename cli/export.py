@@ -11,7 +11,7 @@ from specplan.core.errors import ModelError
 from specplan.core.yamlio import file_sha256
 from specplan.cli.export_drafters import planned_gguf, planned_heads, write_head_checkpoint, write_llama_cpp_drafter
 from specplan.planner.export import describe, engine_support
-from specplan.planner.export.models import ModelNames
+from specplan.planner.export.models import HEAD_CHECKPOINT_ENGINES, ModelNames
 from specplan.planner.export.pasted import pasted_export
 from specplan.planner.options import runtime_options
 from specplan.cli.options import integer
@@ -21,13 +21,14 @@ from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
 def add_parser(commands) -> None:
     parser = commands.add_parser("export", help="print a serving engine's config for a plan, re-solved for the engine")
     parser.add_argument("plan", help="plan.yaml written by `specplan plan` (with or without --sku)")
-    parser.add_argument("--engine", required=True, help="vllm | sglang | transformers | llama.cpp")
+    parser.add_argument("--engine", required=True, help="vllm | sglang | transformers | llama.cpp | tensorrt-llm")
     parser.add_argument("--max-budget", type=integer(1, MAX_TREE_BUDGET), default=64, help="largest tree budget (nodes) to consider")
     parser.add_argument("--max-depth", type=integer(1, MAX_DEPTH), default=None,
                         help="largest draft depth / gamma to consider (default: as `specplan plan`)")
     parser.add_argument("--json", action="store_true", help="one JSON object with the config, both plans and the loss")
     parser.add_argument("-o", "--output", default=None,
-                        help="folder for the drafter files the engine loads (llama.cpp: the draft model as GGUF); "
+                        help="folder for the drafter files the engine loads (llama.cpp: the draft model as GGUF; "
+                             "vllm, sglang, tensorrt-llm: an EAGLE-3 head as its checkpoint); "
                              "default: export-ENGINE next to the plan")
     parser.set_defaults(handler="export")
 
@@ -73,13 +74,14 @@ def _schedule_record(schedule) -> dict:
 
 
 def command(args) -> int:
-    """``specplan export PLAN --engine E``: the engine's own config on stdout, the story on stderr."""
+    """``specplan export PLAN --engine E``: the engine's own config on stdout (a command; transformers: a
+    Python snippet; TensorRT-LLM: its YAML file), the story on stderr."""
     engine_support(args.engine)  # an unknown engine fails before any file is read
     plan, profile, profile_path = load_plan_and_profile(args.plan)
     options = runtime_options(args.max_budget, args.max_depth, plan.temperature)
     output = Path(args.output) if args.output else Path(args.plan).parent / f"export-{args.engine}"
     planned = planned_gguf(profile, output) if args.engine == "llama.cpp" else ()
-    heads = planned_heads(profile, output) if args.engine in ("vllm", "sglang") else ()
+    heads = planned_heads(profile, output) if args.engine in HEAD_CHECKPOINT_ENGINES else ()
     names = model_names(profile, args.engine, planned, heads)
     pasted = pasted_export(profile, args.engine, options, profile_path=str(profile_path),
                            profile_sha256=file_sha256(profile_path), names=names)

@@ -1,8 +1,8 @@
 """The drafter files an exported command loads, written in the engine's own format.
 
 llama.cpp: a distilled model drafter (a Llama or Qwen2 ``save_pretrained`` folder) becomes one
-GGUF file (:mod:`specplan.models.gguf_write`) that ``--spec-draft-model`` names. vLLM and SGLang:
-a draft head of EAGLE-3's layout (``distill --kind head --layout eagle3``) becomes an EAGLE-3
+GGUF file (:mod:`specplan.models.gguf_write`) that ``--spec-draft-model`` names. vLLM, SGLang and
+TensorRT-LLM: a draft head of EAGLE-3's layout (``distill --kind head --layout eagle3``) becomes an EAGLE-3
 checkpoint folder (:mod:`specplan.runtime.drafters.head_eagle3`); a folder that already is one
 is named as it is. Files are
 planned before the plan is re-solved (so the engine's search may pick the drafter) and written
@@ -80,7 +80,7 @@ def head_layout(directory: str) -> str:
 
 
 def planned_heads(profile, output: Path) -> tuple[tuple[str, str], ...]:
-    """(head DIR, EAGLE-3 checkpoint folder) for every head vLLM / SGLang can load once written."""
+    """(head DIR, EAGLE-3 checkpoint folder) for every head vLLM, SGLang and TensorRT-LLM can load once written."""
     planned = []
     for model in profile.models:
         if not model.source.startswith("head:"):
@@ -95,7 +95,8 @@ def planned_heads(profile, output: Path) -> tuple[tuple[str, str], ...]:
 
 
 def write_head_checkpoint(stage, source: str, planned: tuple[tuple[str, str], ...]) -> list[str]:
-    """Write the EAGLE-3 checkpoint the vLLM / SGLang command names for ``stage``'s head; the files written."""
+    """Write the EAGLE-3 checkpoint the vLLM / SGLang command or TensorRT-LLM file names for ``stage``'s head;
+    the files written."""
     directory = source.partition(":")[2]
     path = dict(planned).get(directory)
     if stage is None or not source.startswith("head:") or path is None or path == directory:

@@ -38,9 +38,10 @@ whether this page is current). For every `profiles/*/profile.yaml` and every eng
 predicted loss it states against specplan's unrestricted plan (docs/planner-math.md section 10).
 Predictions use each profile's own latencies (specplan's runtime on the 2-core CPU, or
 llama.cpp's for `cpu-llamacpp`), not measurements of the engines. Models are named without
-looking at this machine's files: Hugging Face repositories for vLLM, SGLang and transformers,
-GGUF file names for llama.cpp (`specplan export` prints the path it finds, and writes the
-drafter files the command loads). Drafter folders (`out/...`) are relative to where the profile
+looking at this machine's files: Hugging Face repositories for vLLM, SGLang, transformers and
+TensorRT-LLM, GGUF file names for llama.cpp (`specplan export` prints the path it finds, and writes
+the drafter files the command loads). TensorRT-LLM's is the YAML file `trtllm-serve
+--extra_llm_api_options` reads, its first line the command. Drafter folders (`out/...`) are relative to where the profile
 was made. `tests/planner/export/test_stored.py` checks every command against the engine's recorded or
 installed interface (docs/guide.md, "Planning for other devices and serving engines").
 """
@@ -77,7 +78,7 @@ def summary_row(folder: str, pasted: PastedExport) -> str:
 
 def engine_section(pasted: PastedExport) -> list[str]:
     """The command in a code block and the export's story as bullets."""
-    language = "python" if pasted.result.engine == "transformers" else "bash"
+    language = {"transformers": "python", "tensorrt-llm": "yaml"}.get(pasted.result.engine, "bash")
     lines = [f"### {pasted.result.engine}", "", f"```{language}", pasted.config, "```", ""]
     story = describe(pasted.result) + (pasted.schedule.lines() if pasted.schedule is not None else [])
     lines += [f"- {line.strip()}" for line in story]

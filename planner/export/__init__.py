@@ -1,4 +1,4 @@
-"""Export a plan to a serving engine (vLLM, SGLang, transformers, llama.cpp): re-solve the profile
+"""Export a plan to a serving engine (vLLM, SGLang, transformers, llama.cpp, TensorRT-LLM): re-solve the profile
 under what the engine can express and print the command that starts it (docs/planner-math.md,
 section 10; docs/exports.md).
 

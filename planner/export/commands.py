@@ -1,4 +1,5 @@
-"""The command (or, for transformers, the Python snippet) that starts an engine with one stage.
+"""The command (or, for transformers, the Python snippet; for TensorRT-LLM, the YAML file) that
+starts an engine with one stage.
 
 Every flag and field written here is in the engine's recorded interface
 (``tests/data/engines/``, see :mod:`.engines` for the commits); plain decoding writes
@@ -11,10 +12,13 @@ import json
 import shlex
 from pathlib import PurePath
 
+import yaml
+
 from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
+from specplan.core.parents import tree_depth
 from specplan.core.plan import Stage
 
-from .engines import tree_numbers
+from .engines import eagle_choices, tree_numbers
 from .models import ModelNames
 
 PROMPT = "Write a haiku about caches."
@@ -117,8 +121,54 @@ def render_transformers(stage: Stage | None, spec: DrafterSpec | None, names: Mo
     return "\n".join(lines)
 
 
+TRTLLM_FILE = "extra.yaml"
+FINAL_HIDDEN_STATE = -1  # eagle3_layers_to_capture: the target's final hidden state, the one specplan's heads read
+
+
+def tensorrt_llm_speculative_config(stage: Stage, spec: DrafterSpec, names: ModelNames) -> dict:
+    """TensorRT-LLM's ``speculative_config`` (keys: ``DecodingBaseConfig`` and its subclass's fields)."""
+    gamma = stage.shape.gamma
+    if spec.kind == "ngram":
+        # the longest match only; False, False: the newest match from this request's own tokens, as specplan's lookup
+        return {"decoding_type": "NGram", "max_draft_len": gamma, "max_matching_ngram_size": spec.ngram_sizes[0],
+                "is_use_oldest": False, "is_public_pool": False}
+    if spec.kind == "model":
+        return {"decoding_type": "Draft_Target", "max_draft_len": gamma,
+                "speculative_model": names.name(spec.argument, "tensorrt-llm")}
+    config = {"decoding_type": "Eagle3", "max_draft_len": gamma, "speculative_model": names.name(spec.argument,
+              "tensorrt-llm"), "eagle3_layers_to_capture": [FINAL_HIDDEN_STATE]}  # one captured layer: no fc
+    if stage.shape.kind == "tree":
+        config.update(max_draft_len=tree_depth(stage.shape.parents), eagle_choices=eagle_choices(stage.shape.parents))
+    return config
+
+
+class _ListsOnOneLine(yaml.SafeDumper):
+    """Mappings as blocks, lists (``eagle_choices``, ``eagle3_layers_to_capture``) on one line."""
+
+
+_ListsOnOneLine.add_representer(list, lambda dumper, data: dumper.represent_sequence(
+    "tag:yaml.org,2002:seq", data, flow_style=True))
+
+
+def tensorrt_llm_yaml(document: dict) -> str:
+    """``document`` as YAML (``{}`` when empty)."""
+    return yaml.dump(document, Dumper=_ListsOnOneLine, sort_keys=False).rstrip("\n") if document else "{}"
+
+
+def tensorrt_llm_text(model: str, document: dict) -> str:
+    """The YAML file ``trtllm-serve --extra_llm_api_options`` reads, the command in its first line (a comment)."""
+    start = shlex.join(["trtllm-serve", model, "--extra_llm_api_options", TRTLLM_FILE])
+    return f"# save as {TRTLLM_FILE}, then: {start}\n{tensorrt_llm_yaml(document)}"
+
+
+def render_tensorrt_llm(stage: Stage | None, spec: DrafterSpec | None, names: ModelNames) -> str:
+    """The YAML file for ``trtllm-serve MODEL --extra_llm_api_options FILE`` (plain decoding: ``{}``)."""
+    document = {} if stage is None else {"speculative_config": tensorrt_llm_speculative_config(stage, spec, names)}
+    return tensorrt_llm_text(names.name(names.target, "tensorrt-llm"), document)
+
+
 RENDERERS = {"vllm": render_vllm, "sglang": render_sglang, "transformers": render_transformers,
-             "llama.cpp": render_llama_cpp}
+             "llama.cpp": render_llama_cpp, "tensorrt-llm": render_tensorrt_llm}
 
 
 def render(engine: str, stage: Stage | None, source: str, names: ModelNames) -> str:

@@ -28,6 +28,14 @@ hold every exported name to them are in ``tests/data/engines/``:
   0c1e570, from llama-cpp-python 0.3.36's llama.cpp): ``llama-server -m``,
   ``--spec-type`` (``draft-simple``, ``ngram-simple``, ...), ``--spec-draft-model`` (a GGUF
   file), ``--spec-draft-n-max`` / ``-n-min`` / ``-p-min``, ``--spec-ngram-simple-size-n`` / ``-m``.
+- TensorRT-LLM (read from its source, ``NVIDIA/TensorRT-LLM`` @ 000439672005, a 1.3.0 pre-release:
+  the package cannot be installed here): the ``speculative_config`` of the YAML file
+  ``trtllm-serve MODEL --extra_llm_api_options FILE`` reads (or of ``LLM(...)``), one
+  ``DecodingBaseConfig`` subclass chosen by ``decoding_type`` (``llmapi/llm_args.py``):
+  ``NGram`` (prompt lookup: ``max_draft_len``, ``max_matching_ngram_size``, a pool per request or
+  shared), ``Draft_Target`` (a draft model, ``speculative_model``), ``Eagle3`` (an EAGLE-3 head: a
+  chain, or a static tree as ``eagle_choices``, the path of sibling ranks to each node). NGram and
+  the draft model draft chains only; ``draft_len_schedule`` sets the draft length per batch size.
 """
 
 from __future__ import annotations
@@ -36,10 +44,10 @@ from dataclasses import dataclass
 
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError
-from specplan.core.parents import most_children, tree_depth
+from specplan.core.parents import most_children, sibling_ranks, tree_depth
 from specplan.core.plan import Stage
 
-from .models import ModelNames, is_gguf
+from .models import HEAD_CHECKPOINT_ENGINES, ModelNames, is_gguf
 
 STAND_IN_MARGIN = 0.05  # a stand-in method is exported only when it predicts 5% fewer ms/token than the best exact one
 ENGINE_GAP = "engine"  # the engine has no way to run this drafter
@@ -62,8 +70,9 @@ class EngineSupport:
     name: str
     shapes: tuple[str, ...]
     drafter_kinds: tuple[str, ...]  # "layerskip" means the first-K-layers form only
-    head_format: str = ""  # the engine's own head format (vLLM / SGLang: specplan writes EAGLE-3 from eagle3 heads)
+    head_format: str = ""  # the engine's own head format (HEAD_CHECKPOINT_ENGINES: specplan writes EAGLE-3 from eagle3 heads)
     stand_ins: tuple[str, ...] = ()  # kinds run by a different method of the engine's (acceptance not measured)
+    tree_kinds: tuple[str, ...] | None = None  # kinds the engine drafts trees with (None: every kind, when "tree" is a shape)
 
     def judge(self, source: str, names: ModelNames | None = None) -> Verdict:
         """Whether a drafter SPEC (e.g. ``ngram:3``) maps onto one of the engine's methods."""
@@ -82,14 +91,18 @@ class EngineSupport:
             return Verdict(False, ARTIFACT_GAP, "llama.cpp loads a draft model from a GGUF file; specplan "
                            f"writes GGUF from Llama / Qwen2 save_pretrained folders, and {spec.argument} is not "
                            "one on this machine")
+        if self.name == "tensorrt-llm" and spec.kind == "model" and \
+                (names or ModelNames("")).name(spec.argument, self.name).endswith(".gguf"):
+            return Verdict(False, ARTIFACT_GAP, "TensorRT-LLM loads a draft model from a Hugging Face checkpoint "
+                           f"(a folder or a hub id); {spec.argument} is a GGUF file")
         return Verdict(True)
 
 
     def _judge_head(self, directory: str, names: ModelNames) -> Verdict:
-        """vLLM and SGLang run an EAGLE-3 checkpoint specplan writes from a head of that layout."""
-        if self.name in ("vllm", "sglang") and directory in dict(names.heads):
+        """vLLM, SGLang and TensorRT-LLM run an EAGLE-3 checkpoint specplan writes from a head of that layout."""
+        if self.name in HEAD_CHECKPOINT_ENGINES and directory in dict(names.heads):
             return Verdict(True)
-        if self.name in ("vllm", "sglang"):
+        if self.name in HEAD_CHECKPOINT_ENGINES:
             return Verdict(False, ARTIFACT_GAP, f"{self.name} runs {self.head_format} heads; specplan writes an "
                            f"EAGLE-3 checkpoint from a head distilled with --layout eagle3, and {directory} is not "
                            "one on this machine (EAGLE-1 layout: fuse + decoder layer, which no engine loads)")
@@ -102,6 +115,8 @@ ENGINES = {
     "sglang": EngineSupport("sglang", ("sequence", "tree"), ("ngram", "model"), "EAGLE / EAGLE-3"),
     "transformers": EngineSupport("transformers", ("sequence",), ("ngram", "model", "layerskip")),
     "llama.cpp": EngineSupport("llama.cpp", ("sequence",), ("ngram", "model"), "EAGLE-3 (draft-eagle3) GGUF"),
+    "tensorrt-llm": EngineSupport("tensorrt-llm", ("sequence", "tree"), ("ngram", "model"), "EAGLE-3",
+                                  tree_kinds=("head",)),
 }
 
 
@@ -125,3 +140,18 @@ def sglang_fits(stage: Stage) -> bool:
     """Whether SGLang can build this stage: ``draft tokens - 1 <= topk + (steps - 1) * topk^2``."""
     steps, topk, draft_tokens = tree_numbers(stage)
     return draft_tokens - 1 <= sglang_candidates(steps, topk)
+
+
+def eagle_choices(parents: tuple[int, ...]) -> list[list[int]]:
+    """A static tree as TensorRT-LLM's ``eagle_choices``: for every node but the root, the sibling
+    ranks on the path from the root to it (``EagleDecodingConfig.check_eagle_choices`` asks that
+    every path's prefix is a path too; the deepest path sets ``max_draft_len`` and the number of
+    paths ``max_total_draft_tokens``).
+
+    >>> eagle_choices((-1, 0, 0, 1))
+    [[0], [1], [0, 0]]
+    """
+    ranks, paths = sibling_ranks(parents), [[]]
+    for node in range(1, len(parents)):
+        paths.append(paths[parents[node]] + [ranks[node]])
+    return paths[1:]

@@ -3,8 +3,9 @@
 specplan's ``default`` model is SmolLM2-135M-Instruct, read from a Q4_1 GGUF and dequantised;
 the registered ``qwen2.5-coder-*`` models are Q4_K_M GGUF files. vLLM, SGLang and transformers
 are given the authors' Hugging Face repositories of the same models (16-bit weights, so the
-acceptance the profile measured on the dequantised GGUF may differ slightly); llama.cpp is
-given the GGUF file itself. Other sources (a model folder, a hub id, a ``.gguf`` path) are
+acceptance the profile measured on the dequantised GGUF may differ slightly), and so is
+TensorRT-LLM (``speculative_model`` takes a checkpoint folder or a hub id); llama.cpp is given the
+GGUF file itself. Other sources (a model folder, a hub id, a ``.gguf`` path) are
 passed through unchanged. No torch here.
 """
 
@@ -22,6 +23,7 @@ GGUF_FILES = {
     "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 }
+HEAD_CHECKPOINT_ENGINES = ("vllm", "sglang", "tensorrt-llm")  # they load the EAGLE-3 checkpoint specplan writes
 HUB_NOTE = ("the command names the Hugging Face repository of specplan's {source!r} model (16-bit weights); "
             "the profile measured the dequantised GGUF, so acceptance may differ slightly")
 
@@ -34,14 +36,14 @@ class ModelNames:
     device: str = "cpu"  # the profile's device kind: cpu | cuda | ...
     gguf_paths: tuple[tuple[str, str], ...] = ()  # (MODEL source, GGUF file path)
     overrides: tuple[tuple[str, str], ...] = field(default=())  # (MODEL source, the name to print)
-    heads: tuple[tuple[str, str], ...] = ()  # (head DIR, its EAGLE-3 checkpoint folder for vLLM / SGLang)
+    heads: tuple[tuple[str, str], ...] = ()  # (head DIR, its EAGLE-3 checkpoint folder: HEAD_CHECKPOINT_ENGINES)
 
     def name(self, source: str, engine: str) -> str:
         """What ``engine``'s command calls the model specplan calls ``source``."""
         given = dict(self.overrides)
         if source in given:
             return given[source]
-        if engine in ("vllm", "sglang") and source in dict(self.heads):
+        if engine in HEAD_CHECKPOINT_ENGINES and source in dict(self.heads):
             return dict(self.heads)[source]
         if engine == "llama.cpp":
             return dict(self.gguf_paths).get(source) or GGUF_FILES.get(source, source)

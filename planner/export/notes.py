@@ -33,6 +33,19 @@ VLLM_SUFFIX = ("vLLM's suffix method (suffix decoding, arXiv 2411.04975) stands 
                "of the prompt and of earlier responses and sizes each draft from its match (num_speculative_tokens is "
                "the cap), so acceptance may differ from what the profile measured; vLLM needs the arctic-inference "
                "package for it")
+TRTLLM_SOURCE = ("the file's names, types and validator rules were checked against TensorRT-LLM's source at commit "
+                 "000439672005 (a 1.3.0 pre-release, tensorrt_llm/llmapi/llm_args.py); the package cannot be "
+                 "installed here, so no TensorRT-LLM read this file")
+TRTLLM_CPU = ("TensorRT-LLM runs on NVIDIA GPUs only: the profile's latencies are this CPU's, so profile on the GPU "
+              "(`specplan profile` there) or plan for it (`specplan plan --sku`) before trusting the prediction")
+TRTLLM_NGRAM = ("TensorRT-LLM's NGram sets only the longest match (max_matching_ngram_size), not specplan's shortest; "
+                "the file asks for the newest match from the request's own tokens (is_use_oldest false, "
+                "is_public_pool false), as specplan's lookup, but acceptance was not measured in TensorRT-LLM")
+TRTLLM_EAGLE3 = ("the EAGLE-3 checkpoint reads the target's final hidden state: eagle3_layers_to_capture [-1] captures "
+                 "that one layer, and TensorRT-LLM's Eagle3 draft model builds its fc only for more than one captured "
+                 "layer (modeling_speculative.py, read at 00679c66c3e3); it was not run in TensorRT-LLM here")
+TRTLLM_CHOICES = ("eagle_choices (a static tree) is deprecated in TensorRT-LLM and due to be removed in release 1.4 "
+                  "(its own warning when the file is read)")
 SGLANG_TREE = ("SGLang grows its tree dynamically; the prediction is the static DP tree with the same budget, "
                "depth and widest branching")
 
@@ -46,6 +59,20 @@ def _hub_notes(engine: str, source: str, names: ModelNames) -> tuple[str, ...]:
     models = [names.target] + ([source.partition(":")[2]] if _kind(source) == "model" else [])
     return tuple(HUB_NOTE.format(source=model) for model in dict.fromkeys(models)
                  if model in HUB_IDS and names.name(model, engine) == HUB_IDS[model])
+
+
+def _tensorrt_llm_notes(stage: Stage | None, source: str, names: ModelNames) -> list[str]:
+    """What TensorRT-LLM's file cannot say: the source it was checked against, the device, the drafter's gaps."""
+    notes = [TRTLLM_SOURCE] + ([TRTLLM_CPU] if names.device == "cpu" else [])
+    if stage is None:
+        return notes
+    notes += [TRTLLM_NGRAM] if _kind(source) == "ngram" else []
+    notes += [TRTLLM_EAGLE3] if _kind(source) == "head" else []
+    notes += [TRTLLM_CHOICES] if stage.shape.kind == "tree" else []
+    if stage.shape.graft:
+        notes.append(f"the tree's graft of {stage.shape.graft}'s tokens has no TensorRT-LLM field: the file drafts the "
+                     "head's tree alone")
+    return notes
 
 
 def engine_notes(engine: str, stage: Stage | None, source: str, names: ModelNames) -> tuple[str, ...]:
@@ -66,6 +93,8 @@ def engine_notes(engine: str, stage: Stage | None, source: str, names: ModelName
         notes += [TRANSFORMERS_BATCH] + ([TRANSFORMERS_TOKENS] if _kind(source) != "ngram" else [])
     if engine in ("vllm", "sglang") and _kind(source) == "head" and stage is not None:
         notes.append(EAGLE3_HEAD)
+    if engine == "tensorrt-llm":
+        notes += _tensorrt_llm_notes(stage, source, names)
     if engine == "llama.cpp" and _kind(source) == "ngram":
         notes.append(LLAMA_NGRAM)
     if engine != "llama.cpp":

@@ -1,4 +1,4 @@
-"""The command a user pastes for an engine: the export's config, with vLLM's per-batch schedule.
+"""The command a user pastes for an engine: the export's config, with a per-batch schedule (vLLM, TensorRT-LLM).
 
 ``specplan export`` prints this (docs/guide.md, "Planning for other devices and serving
 engines"); ``measurements/export_table.py`` writes it for every stored profile into
@@ -6,8 +6,9 @@ docs/exports.md and ``tests/planner/export/test_stored.py`` holds each one to th
 The re-solve is :func:`.plan.export_plan` (planner-math.md section 10, ``loss = L_engine /
 L_unrestricted - 1``); a profile with T(n, b) at more than batch 1 adds the schedule per batch
 size (planner-math.md section 11.3, SmartSpec arXiv 2406.14066): vLLM's
-``num_speculative_tokens_per_batch_size`` goes into the command, the other engines keep one
-setting and their loss per batch is stated.
+``num_speculative_tokens_per_batch_size`` goes into the command and TensorRT-LLM's
+``draft_len_schedule`` into its file, the other engines keep one setting and their loss per batch
+is stated.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from specplan.core.profile import Profile, batch_sizes
 
 from .plan import ExportResult, export_plan
 from .models import ModelNames
-from .schedule import ScheduleExport, export_schedule, vllm_schedule_command
+from .schedule import ScheduleExport, export_schedule, schedule_config
 from ..options import PlanOptions
 from ..solve import PlanResult
 
@@ -29,7 +30,7 @@ class PastedExport:
 
     result: ExportResult
     schedule: ScheduleExport | None
-    config: str  # the command that starts the engine; vLLM's with the per-batch schedule when there is one
+    config: str  # the command that starts the engine; vLLM's and TensorRT-LLM's with the per-batch schedule if any
 
 
 def pasted_export(profile: Profile, engine: str, options: PlanOptions | None = None, *,
@@ -46,7 +47,7 @@ def pasted_export(profile: Profile, engine: str, options: PlanOptions | None = N
     if len(batch_sizes(profile)) <= 1:
         return PastedExport(result, None, result.config)
     schedule = export_schedule(profile, engine, options, names=names)
-    config = vllm_schedule_command(result.config, schedule.ranges) if schedule.ranges else result.config
+    config = schedule_config(result.engine, result.config, schedule.ranges)
     return PastedExport(result, schedule, config)
 
 

@@ -3,7 +3,8 @@
 An engine runs a subset of the plan space (:mod:`.engines`): vLLM one drafter and a
 chain; SGLang a chain or an EAGLE-2-style tree (steps x topk, a budget of draft tokens);
 transformers a chain from an assistant model, prompt lookup or early exit; llama.cpp a
-chain from a GGUF draft model or n-gram lookup. ``export_plan`` solves the same profile twice:
+chain from a GGUF draft model or n-gram lookup; TensorRT-LLM a chain from prompt lookup or a draft
+model, and a chain or a static tree from an EAGLE-3 head. ``export_plan`` solves the same profile twice:
 unrestricted (every shape, hierarchies) and restricted to the engine (its drafters, its
 shapes, one stage, its own limits such as SGLang's candidate bound), and prints the command
 that starts the engine with the restricted optimum, with the predicted loss
@@ -139,6 +140,14 @@ def _exact_unless_clearly_better(profile: Profile, engine: EngineSupport, option
                                    f"{engine.name} runs as measured" for drafter in sorted(stand_ins))
 
 
+def _tree_drafters(profile: Profile, engine: EngineSupport) -> frozenset[str] | None:
+    """The drafters ``engine`` drafts trees with (None: all of them); TensorRT-LLM's trees are EAGLE heads'."""
+    if engine.tree_kinds is None:
+        return None
+    return frozenset(drafter for drafter, source in _drafter_sources(profile)
+                     if parse_drafter_spec(source).kind in engine.tree_kinds)
+
+
 def _drafter_sources(profile: Profile) -> list[tuple[str, str]]:
     """(drafter id, SPEC) of every drafter of the profile."""
     target = profile.target.id
@@ -164,7 +173,7 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
     profile : Profile
         The profile the plan was solved from (with a SKU's roofline latencies for SKU plans).
     engine_name : str
-        ``vllm``, ``sglang``, ``transformers`` or ``llama.cpp``.
+        ``vllm``, ``sglang``, ``transformers``, ``llama.cpp`` or ``tensorrt-llm``.
     options : PlanOptions, optional
         Limits of the unrestricted search (budget, depth, gammas, temperature); the engine's
         search uses the same limits with the engine's shapes and one stage.
@@ -189,7 +198,7 @@ def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None 
         raise PlanError("the profile's target has no usable latency; re-run `specplan profile`")
     restricted_profile, excluded, unwritable = restrict_profile(profile, engine, names)
     engine_options = replace(options, shapes=tuple(s for s in options.shapes if s in engine.shapes) or ("sequence",),
-                             max_stages=min(1, options.max_stages))
+                             max_stages=min(1, options.max_stages), tree_drafters=_tree_drafters(restricted_profile, engine))
     restricted = _solve_quietly(restricted_profile, engine_options, **where)
     restricted, excluded = _exact_unless_clearly_better(restricted_profile, engine, engine_options, restricted,
                                                         excluded, where)

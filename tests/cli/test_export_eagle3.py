@@ -1,7 +1,8 @@
-"""``specplan export --engine vllm|sglang`` with a draft head of EAGLE-3's layout: the EAGLE-3
-checkpoint is written, the command names it with the engine's EAGLE-3 method (names in the
-recorded interfaces), and the written checkpoint loads back into specplan drafting the same
-tokens. An EAGLE-1-layout head stays "specplan cannot write it" with the reason."""
+"""``specplan export --engine vllm|sglang|tensorrt-llm`` with a draft head of EAGLE-3's layout: the
+EAGLE-3 checkpoint is written, the command (TensorRT-LLM: its file) names it with the engine's
+EAGLE-3 method (names in the recorded interfaces), and the written checkpoint loads back into
+specplan drafting the same tokens. An EAGLE-1-layout head stays "specplan cannot write it" with the
+reason."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from specplan.distill.head_train import new_head
 from specplan.planner import PlanOptions, solve_plan
 from specplan.runtime.drafters.head_model import load_head, save_head
 
-from tests.engine_records import unknown_names
+from tests.engine_records import check_config, tensorrt_llm_file, unknown_names
 from tests.distill.test_distill import four_layer_llama
 from tests.runtime.test_head_eagle3 import CPU, KEPT, proposals
 from tests.planner.export.test_real import flat
@@ -71,6 +72,19 @@ def test_export_writes_the_checkpoint_and_names_it(engine, method, eagle3_head, 
         assert flags["--speculative-draft-model-path"] == str(checkpoint)
     written = load_head(checkpoint, target, torch.float32, CPU)
     assert proposals(target, written) == proposals(target, load_head(directory, target, torch.float32, CPU))
+
+
+def test_tensorrt_llm_drafts_with_the_written_checkpoint(eagle3_head, tmp_path, capsys, one_thread):
+    _, directory = eagle3_head
+    plan = plan_with_head(directory, tmp_path)
+    assert main(["export", str(plan), "--engine", "tensorrt-llm", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    checkpoint = tmp_path / "export-tensorrt-llm" / "h3-eagle3"
+    assert record["written"] == [str(checkpoint / "config.json"), str(checkpoint / "model.safetensors")]
+    check_config("tensorrt-llm", record["config"])
+    config = tensorrt_llm_file(record["config"])[1]["speculative_config"]
+    assert (config["decoding_type"], config["speculative_model"]) == ("Eagle3", str(checkpoint))
+    assert config["eagle3_layers_to_capture"] == [-1] and any("fc" in note for note in record["notes"])
 
 
 def test_an_eagle1_head_is_left_out_with_the_reason(tmp_path, capsys):

@@ -81,6 +81,9 @@ def test_each_record_names_its_repository_and_full_commit_or_its_package_version
     ("vllm", "vllm serve m --speculative-config '{\"method\": \"ngram\", \"ngram_window\": 3}'",
      {"field": {"ngram_window"}}),
     ("llama.cpp", "llama-server -m t.gguf --spec-draft-max 4", {"flag": {"--spec-draft-max"}}),
+    ("tensorrt-llm", "# save as extra.yaml, then: trtllm-serve m --extra_llm_api_options extra.yaml\n"
+                     "speculative_config: {decoding_type: NGram, max_draft_len: 3, prompt_lookup_num_tokens: 3}",
+     {"field": {"prompt_lookup_num_tokens"}}),
 ])
 def test_a_name_missing_from_the_record_is_reported(engine, command, unknown):
     assert unknown_names(engine, command) == unknown

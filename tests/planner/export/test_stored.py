@@ -1,7 +1,8 @@
 """Every stored profile (profiles/*/profile.yaml, found when the tests are collected, so a new
 folder is covered without a change here) exported for every engine: the command ``specplan
-export`` prints names only what the engine's recorded or installed interface has, and so does
-every command in docs/exports.md (written by measurements/export_table.py)."""
+export`` prints names only what the engine's recorded or installed interface has (for
+TensorRT-LLM also with the recorded types and validator rules), and so does every command in
+docs/exports.md (written by measurements/export_table.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from specplan.planner.export import describe
 from specplan.planner.export.engines import ENGINES, tree_numbers
 from specplan.planner.export.pasted import not_exportable
 
-from tests.engine_records import check_config
+from tests.engine_records import check_config, tensorrt_llm_file
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "measurements"))
@@ -33,6 +34,9 @@ def draft_tokens(engine: str, config: str) -> int:
     if engine == "transformers":
         found = re.search(r"num_assistant_tokens = (\d+)|prompt_lookup_num_tokens=(\d+)", config)
         return int(found.group(1) or found.group(2)) if found else 0
+    if engine == "tensorrt-llm":  # a tree: one draft token per path of eagle_choices
+        speculative = tensorrt_llm_file(config)[1].get("speculative_config") or {}
+        return len(speculative["eagle_choices"]) if "eagle_choices" in speculative else speculative.get("max_draft_len", 0)
     words = shlex.split(config)
 
     def value(flag: str, default: str) -> str:
