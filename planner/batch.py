@@ -8,14 +8,19 @@ a host-side table lookup made once per sequence, costs ``b * ms_per_call`` per d
 (the hierarchy DP, the trees, the LP check, the closed form) runs unchanged and its ms per
 token is the time per committed token of one sequence in the batch (SmartSpec, arXiv 2406.14066).
 Where the profile measured the batched runtime's own overhead per forward (padding masks, holes,
-per-sequence verification; section 11.4), the view's target curves include it.
+per-sequence verification; section 11.4), the view's target curves include it. On llama.cpp, where
+several requests' tokens go into one ``llama_decode`` (``specplan serve --parallel``), a curve the
+profile did not measure at ``b`` is derived from one sequence's: ``T(n, b) = T(b * n)``
+(:func:`derived_curve`, section 11.5).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from specplan.core.profile import LatencyCurve, Profile, batch_sizes
+from specplan.core.profile import LatencyCurve, ModelEntry, Profile, batch_sizes
+
+from .latency import interpolate
 
 
 def batch_view(profile: Profile, batch: int) -> Profile:
@@ -38,6 +43,8 @@ def batch_view(profile: Profile, batch: int) -> Profile:
     models = []
     for model in profile.models:
         curves = tuple(curve for curve in model.latency if curve.batch == batch)
+        if not curves and batch > 1 and profile.backend == "llama.cpp":
+            curves = derived_curves(model, batch)
         overhead = next((curve for curve in model.batch_overhead if curve.batch == batch), None)
         if overhead is not None:
             curves = tuple(with_overhead(curve, overhead) for curve in curves)
@@ -45,6 +52,30 @@ def batch_view(profile: Profile, batch: int) -> Profile:
         models.append(replace(model, latency=curves, mode=mode))
     retrieval = tuple(replace(entry, ms_per_call=entry.ms_per_call * batch) for entry in profile.retrieval)
     return replace(profile, models=tuple(models), retrieval=retrieval)
+
+
+def derived_curve(curve: LatencyCurve, batch: int) -> LatencyCurve | None:
+    """T(n, ``batch``) of llama.cpp from one sequence's T(n) (``curve``, batch 1): ``T(b * n)``, at the
+    curve's widths n with ``b * n`` within its largest measured width (docs/planner-math.md section 11.5).
+
+    One ``llama_decode`` of b sequences x n tokens is one forward over ``b * n`` token rows: every
+    matmul runs over the rows whatever sequence they belong to, and each row attends over its own
+    sequence's cells. None when not even one token per sequence fits.
+
+    >>> derived_curve(LatencyCurve(256, (1, 2, 4, 8), (10.0, 12.0, 16.0, 30.0)), 2)
+    LatencyCurve(context=256, n=(1, 2, 4), ms=(12.0, 16.0, 30.0), source='derived', batch=2)
+    """
+    widths = tuple(n for n in curve.n if batch * n <= curve.n[-1])
+    if not widths:
+        return None
+    ms = tuple(interpolate(curve, batch * n).ms for n in widths)
+    return LatencyCurve(curve.context, widths, ms, "derived", batch)
+
+
+def derived_curves(model: ModelEntry, batch: int) -> tuple[LatencyCurve, ...]:
+    """Every batch-1 curve of ``model`` derived at ``batch`` (:func:`derived_curve`)."""
+    derived = (derived_curve(curve, batch) for curve in model.latency if curve.batch == 1)
+    return tuple(curve for curve in derived if curve is not None)
 
 
 def overhead_ms(overhead: LatencyCurve, n: int) -> float:
@@ -70,13 +101,16 @@ def with_overhead(curve: LatencyCurve, overhead: LatencyCurve) -> LatencyCurve:
 
 
 def scheduled_batches(profile: Profile, wanted: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    """The batch sizes a schedule covers: those the target has a curve for (all, or those of ``wanted``).
+    """The batch sizes a schedule covers: those the target has a curve for (all, or those of ``wanted``;
+    on llama.cpp also any ``wanted`` batch its curve can be derived at, :func:`derived_curve`).
 
     Raises ValueError naming the batch sizes the profile lacks.
     """
     available = batch_sizes(profile)
     if wanted is None:
         return available
+    if profile.backend == "llama.cpp":
+        available = tuple(sorted(set(available) | {b for b in wanted if derived_curves(profile.target, b)}))
     missing = sorted(set(wanted) - set(available))
     if missing:
         raise ValueError(f"the profile has no target latency at batch {', '.join(map(str, missing))} "

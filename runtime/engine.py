@@ -30,6 +30,7 @@ from specplan.runtime.session import as_session
 from specplan.runtime.backend import Session
 from specplan.runtime.commit import Committed
 from specplan.runtime.fallback import ChainGrowth, FallbackGuard
+from specplan.runtime.load_schedule import LoadSchedule
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
 
@@ -78,10 +79,28 @@ class SpeculativeEngine:
         # speculation that stops paying stops (runtime/fallback.py); plain decoding needs no guard
         speculates = drafter is not None and (self.gamma > 0 or self.tree is not None)
         self.guard = guard if speculates else None
+        self.names = names
         self.plain_stage = StageRunner(self.target, None, 0, None, ("none", names[1])) if self.guard else None
+        self.load: LoadSchedule | None = None  # the schedule row per requests decoding together (set by serve)
         # a chain that costs no model changes length with its acceptance (ChainGrowth) unless fixed_chain
         lookup = self.guard is not None and self.tree is None and not drafter.sessions() and not fixed_chain
         self.growth = ChainGrowth(self.gamma, verify_ms=verify_ms) if lookup else None  # verify_ms: the target's T(n)
+
+    def _next_round(self) -> tuple[str, int | None]:
+        """Who plays the next round: ``"load"`` (plain decoding, as the schedule row for the requests
+        decoding together says: runtime/load_schedule.py), else the guard's ``"plan"`` or ``"plain"``
+        (runtime/fallback.py); and the chain length the row sets for the plan (None: the plan's own, or
+        chain growth's). A load's plain rounds do not count in the guard's costs."""
+        choice = self.load.choice() if self.load is not None else None
+        if choice is not None and choice.plain:
+            return "load", None
+        played = self.guard.choose() if self.guard is not None else "plan"
+        return played, choice.gamma if choice is not None and played == "plan" else None
+
+    def _plain(self) -> StageRunner:
+        if self.plain_stage is None:
+            self.plain_stage = StageRunner(self.target, None, 0, None, ("none", self.names[1]))
+        return self.plain_stage
 
     def _stage_stats(self, top: StageStats) -> tuple[StageStats, ...]:
         return tuple(self.drafter.stage_stats() if self.drafter is not None else []) + (top,)
@@ -107,16 +126,16 @@ class SpeculativeEngine:
         if growth is not None:
             growth.start()
         while text.remaining > 0 and not text.done:
-            played = guard.choose() if guard is not None else "plan"
-            stage = self.plain_stage if played == "plain" else self.stage
-            if growth is not None and played == "plan":
-                stage.gamma = growth.gamma
+            played, gamma = self._next_round()
+            stage = self.stage if played == "plan" else self._plain()
+            if played == "plan":
+                stage.gamma = gamma if gamma is not None else growth.gamma if growth is not None else self.gamma
             result = stage.play(text.context, text.remaining, sampling, generator)
             stats.add(result)
-            if guard is not None:
+            if guard is not None and played != "load":
                 guard.record(played, result.draft_seconds + result.verify_seconds, len(result.chunk),
                              result.drafted + 1, result.verify_seconds)
-            if growth is not None and played == "plan":
+            if growth is not None and played == "plan" and gamma is None:
                 growth.record(result.drafted, len(result.chunk))
             chunk = text.add(result.chunk)
             if on_commit is not None and on_commit(chunk):  # True: the caller ends the request here

@@ -52,7 +52,8 @@ def start_line(service: Service, sock: socket.socket) -> str:
     where = f"[{host}]" if ":" in host else host
     return (f"specplan serve: {plan.summary()} on {service.runner.backend}, model `{service.settings.alias}` at "
             f"http://{where}:{port}/v1; predicted {plan.predicted.tokens_per_s:.1f} tok/s, {floor_phrase(plan)}; "
-            f"{decoding(service.settings.parallel)}, {service.settings.queue_size} more may wait")
+            f"{decoding(service.settings.parallel)}, {service.settings.queue_size} more may wait"
+            + (f"; by load: {service.load.describe()}" if service.load is not None else ""))
 
 
 def decoding(parallel: int) -> str:

@@ -15,6 +15,8 @@ from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine, f
 from specplan.runtime.context import draft_width, model_context
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.load_schedule import LoadChoice, LoadSchedule, load_choices
+from specplan.api import serving_schedule
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.serve.metrics import ServeMetrics
 from specplan.serve.schema import ChatRequest, Common, CompletionRequest, ServeError
@@ -44,6 +46,9 @@ class Service:
         self.tokenizer = runner.target.tokenizer
         engines = runner.slot_engines(settings.parallel)
         batcher = runner.target.sessions.batcher if settings.parallel > 1 else None
+        self.load = self._load_schedule(batcher)
+        for engine in engines:
+            engine.load = self.load
         self.worker = Worker(runner, self.metrics, settings.queue_size, self._engine_for, engines, batcher)
         target = runner.target
         self.context = LLAMA_CPP_CONTEXT if target.backend == "llama.cpp" else model_context(target.model.config)
@@ -52,6 +57,17 @@ class Service:
         # engine's own where it has one (a slot decodes one request at a time), else one of their own
         self.guards = {id(engine): getattr(engine, "guard", None) or
                        (fallback_guard(runner.profile) if settings.fallback else None) for engine in engines}
+
+    def _load_schedule(self, batcher) -> LoadSchedule | None:
+        """With several requests decoding together, what each round plays at each load: the plan alone,
+        the schedule's row for the requests in flight beside it (runtime/load_schedule.py)."""
+        schedule = serving_schedule(self.runner.plan, self.runner.profile, self.settings.parallel)
+        if schedule is None:
+            return None
+        plan = self.runner.plan
+        alone = LoadChoice(1, not plan.stages, None, plan.summary())
+        rows = [choice for choice in load_choices(plan, schedule) if choice.batch > 1]
+        return LoadSchedule((alone, *rows), lambda: batcher.active)
 
     # requests -> jobs
 

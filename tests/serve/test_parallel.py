@@ -56,6 +56,7 @@ def answer(client, prompt: str) -> str:
 
 def test_requests_decoded_together_answer_as_one_at_a_time(parallel_server, fast_plan):
     assert "2 requests decode together" in parallel_server.line
+    assert "by load: 1 at once: " in parallel_server.line and "; 2 at once: " in parallel_server.line
     client = openai.OpenAI(base_url=parallel_server.base_url, api_key="unused", max_retries=0, timeout=120)
     alone = {prompt: answer(client, prompt) for prompt in PROMPTS}
     together: dict[str, str] = {}
@@ -132,3 +133,19 @@ def test_a_tree_with_more_paths_than_a_slot_holds_is_refused_at_start(fast_plan)
     with pytest.raises(SpecplanError, match=r"40: serve it with --parallel 6 or fewer"):
         shared_sessions(wide, profile, 8, threads=1)
     assert shared_sessions(wide, profile, 6, threads=1).slots == 6
+
+
+def test_a_server_schedules_by_load_from_the_plan_or_its_profile(fast_plan):
+    """No schedule for one request at a time; 2, 4, ... and N requests solved from the profile when the
+    plan has none; the plan's own schedule where it has one."""
+    from dataclasses import replace
+
+    from specplan.api import serving_schedule
+    from specplan.core.contract import load_plan_and_profile
+
+    plan, profile, _ = load_plan_and_profile(str(fast_plan))
+    assert serving_schedule(plan, profile, 1) is None
+    assert [row.batch for row in serving_schedule(plan, profile, 3).rows] == [1, 2, 3]
+    schedule = serving_schedule(plan, profile, 4)
+    assert [row.batch for row in schedule.rows] == [1, 2, 4]
+    assert serving_schedule(replace(plan, schedule=schedule), profile, 8) is schedule

@@ -1,0 +1,83 @@
+"""The shape a round plays at the load it starts under: the plan's schedule row for the number of
+requests decoding together (``specplan serve --parallel N``; docs/planner-math.md section 11.5).
+
+Several requests' rounds go into one ``llama_decode``, so a request's draft costs every request in
+that decode: on llama.cpp ``T(n, b) = T(b * n)``, and a chain that pays alone can cost more than it
+commits beside others. The plan's schedule (section 11.2) holds the best configuration per batch
+size; before each round a request's engine reads how many requests are decoding and plays that
+row: plain decoding, the plan's own stages, or the plan's chain at the row's length. A row of
+another shape (another drafter, a tree) cannot be played by the request's engine, which was
+built for the plan's stages; it plays the plan and :func:`load_choices` says so.
+
+Lossless: the choice depends only on how many requests are in flight when the round starts, never
+on the round's draft or random draws, and every round is an ordinary stage round (section 5), as
+with the fallback guard's choice (runtime/fallback.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specplan.core.plan import Plan, Stage
+from specplan.core.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class LoadChoice:
+    """What a round plays at one load: ``plain`` decoding, or the plan with its chain at ``gamma``
+    (None: the plan's own length, or its chain growth's); ``played``: the row's configuration as played."""
+
+    batch: int
+    plain: bool
+    gamma: int | None
+    played: str
+
+
+def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: Plan) -> LoadChoice:
+    if not row_stages:
+        return LoadChoice(batch, True, None, "plain decoding")
+    if row_stages == plan.stages:
+        return LoadChoice(batch, False, None, row_summary)
+    if len(row_stages) == 1 and len(plan.stages) == 1:
+        row, own = row_stages[0], plan.stages[0]
+        if (row.drafter, row.verifier) == (own.drafter, own.verifier) and \
+                row.shape.kind == own.shape.kind == "sequence":
+            return LoadChoice(batch, False, row.shape.gamma, row_summary)
+    return LoadChoice(batch, False, None, f"the plan's {plan.summary()} (the schedule's {row_summary} needs "
+                                           "another engine)")
+
+
+def load_choices(plan: Plan, schedule: Schedule) -> tuple[LoadChoice, ...]:
+    """The schedule's rows as a request's engine plays them, by ascending batch.
+
+    >>> from specplan.core.plan import Stage, StageShape
+    >>> from specplan.core.schedule import ScheduleRow
+    >>> chain = lambda gamma: (Stage("ngram-5", "target", StageShape("sequence", gamma=gamma)),)
+    >>> plan = Plan("", "", {}, "target", 0.0, chain(6), None)
+    >>> rows = tuple(ScheduleRow(b, s, st, 1.0, 1.0, 1.0, 1.0, 1.0)
+    ...              for b, s, st in ((1, "six", chain(6)), (2, "three", chain(3)), (4, "plain", ())))
+    >>> [(c.batch, c.plain, c.gamma) for c in load_choices(plan, Schedule(rows, 4))]
+    [(1, False, None), (2, False, 3), (4, True, None)]
+    """
+    return tuple(_choice(row.batch, row.stages, row.summary, plan) for row in schedule.rows)
+
+
+class LoadSchedule:
+    """Before each round, the :class:`LoadChoice` for ``load()`` requests decoding (the row of the largest
+    scheduled batch at most that load; the first row below the smallest)."""
+
+    def __init__(self, choices: tuple[LoadChoice, ...], load: Callable[[], int]):
+        if not choices:
+            raise ValueError("a load schedule needs at least one row")
+        self.choices = tuple(sorted(choices, key=lambda choice: choice.batch))
+        self.load = load
+
+    def choice(self) -> LoadChoice:
+        load = self.load()
+        fitting = [choice for choice in self.choices if choice.batch <= load]
+        return fitting[-1] if fitting else self.choices[0]
+
+    def describe(self) -> str:
+        """One line: what each scheduled load plays."""
+        return "; ".join(f"{choice.batch} at once: {choice.played}" for choice in self.choices)
