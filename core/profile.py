@@ -8,7 +8,7 @@ serialises them. No torch here: the planner reads these types.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +280,15 @@ def _overheads(raw: Any, where: str, version: int) -> tuple[LatencyCurve, ...]:
     if curves and version != BATCHED_VERSION:
         raise ProfileError(f"{where} needs schema_version {BATCHED_VERSION}; regenerate it with `specplan profile`")
     return tuple(sorted(curves, key=lambda curve: curve.batch))
+
+
+def keep_drafters(profile: "Profile", kept: set[str]) -> "Profile":
+    """``profile`` with only the models and drafters in ``kept`` (the target among them) and their
+    acceptance by the target (an engine's or a runtime's scope: planner/export, planner/schedule)."""
+    target = profile.target.id
+    return replace(profile, models=tuple(m for m in profile.models if m.id in kept),
+                   retrieval=tuple(r for r in profile.retrieval if r.id in kept),
+                   acceptance=tuple(a for a in profile.acceptance if a.drafter in kept and a.verifier == target))
 
 
 def batch_sizes(profile: "Profile") -> tuple[int, ...]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from specplan.core.errors import PlanError
 from specplan.core.plan import Plan
-from specplan.core.profile import Profile
+from specplan.core.profile import Profile, keep_drafters
 from specplan.core.schedule import Schedule, ScheduleRow
 
 from .batch import batch_view, scheduled_batches
@@ -127,3 +127,47 @@ def with_schedule(plan: Plan, profile: Profile, options: PlanOptions | None = No
     """``plan`` carrying the schedule of ``profile`` (plan.yaml ``schedule``), and the schedule's result."""
     result = solve_schedule(profile, options, batches, plan)
     return replace(plan, schedule=result.schedule), result
+
+
+def playable_schedule(plan: Plan, profile: Profile, batches: tuple[int, ...],
+                      options: PlanOptions | None = None) -> Schedule:
+    """The schedule a runtime built for ``plan`` plays by load (``specplan serve --parallel``;
+    planner-math.md section 11.5): batch 1 is the plan; at each larger batch the cheapest of plain
+    decoding, the plan's own stages and, for a one-stage chain, its drafter's chain re-solved at that
+    batch (the same drafter at another gamma: what the request's engine can switch to between rounds).
+
+    Raises ValueError naming a batch the profile cannot be seen at (:func:`.batch.scheduled_batches`).
+    """
+    options = options or PlanOptions()
+    stages = plan.stages
+    chain = len(stages) == 1 and stages[0].shape.kind == "sequence"
+    kept = {profile.target.id} | ({stages[0].drafter} if chain else set())
+    chain_options = replace(options, shapes=("sequence",), max_stages=min(1, options.max_stages))
+    rows = []
+    for batch in scheduled_batches(profile, batches):
+        if batch == 1:
+            rows.append(_plan_row(plan))
+            continue
+        view = batch_view(profile, batch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = solve_plan(keep_drafters(view, kept), chain_options)
+        plain_ms = next(row.ms_per_token for row in result.candidates if not row.stages)
+        own_ms = _plan_ms(plan, view, plain_ms)
+        row = _row(batch, result, own_ms)
+        if 0 < own_ms < row.ms_per_token:
+            row = replace(row, summary=plan.summary(), stages=stages, ms_per_token=own_ms,
+                          tokens_per_s=batch * 1000.0 / own_ms, speedup=plain_ms / own_ms,
+                          accepted_per_target_forward=plan.predicted.accepted_per_target_forward)
+        rows.append(row)
+    rows = tuple(rows)
+    return Schedule(rows, crossover_batch(rows), profile.device.source)
+
+
+def _plan_row(plan: Plan) -> ScheduleRow:
+    predicted = plan.predicted
+    plain_ms = predicted.ms_per_token * predicted.speedup
+    return ScheduleRow(1, plan.summary(), plan.stages, predicted.ms_per_token, predicted.tokens_per_s,
+                       1000.0 / plain_ms if plain_ms > 0 else 0.0, predicted.speedup,
+                       predicted.accepted_per_target_forward, predicted.tokens_per_s)
+

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specplan.core.plan import Plan, Stage
-from specplan.core.schedule import Schedule
+from specplan.core.schedule import Schedule, ScheduleRow
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,10 @@ class LoadChoice:
 
 
 def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: Plan) -> LoadChoice:
+    if row_stages == plan.stages:
+        return LoadChoice(batch, not plan.stages, None, row_summary)
     if not row_stages:
         return LoadChoice(batch, True, None, "plain decoding")
-    if row_stages == plan.stages:
-        return LoadChoice(batch, False, None, row_summary)
     if len(row_stages) == 1 and len(plan.stages) == 1:
         row, own = row_stages[0], plan.stages[0]
         if (row.drafter, row.verifier) == (own.drafter, own.verifier) and \
@@ -49,18 +49,31 @@ def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: P
 
 
 def load_choices(plan: Plan, schedule: Schedule) -> tuple[LoadChoice, ...]:
-    """The schedule's rows as a request's engine plays them, by ascending batch.
+    """The schedule's rows as a request's engine plays them, by ascending batch; the plan's own where
+    the row predicts the plan faster at that batch (a schedule solved with other options than the plan)
+or cannot cost it there.
 
     >>> from specplan.core.plan import Stage, StageShape
     >>> from specplan.core.schedule import ScheduleRow
     >>> chain = lambda gamma: (Stage("ngram-5", "target", StageShape("sequence", gamma=gamma)),)
     >>> plan = Plan("", "", {}, "target", 0.0, chain(6), None)
-    >>> rows = tuple(ScheduleRow(b, s, st, 1.0, 1.0, 1.0, 1.0, 1.0)
-    ...              for b, s, st in ((1, "six", chain(6)), (2, "three", chain(3)), (4, "plain", ())))
+    >>> rows = tuple(ScheduleRow(b, s, st, 1.0, 1.0, 1.0, 1.0, 1.0, plan_tokens_per_s=planned)
+    ...              for b, s, st, planned in ((1, "six", chain(6), 1.0), (2, "three", chain(3), 0.9),
+    ...                                        (4, "plain", (), 0.9), (8, "two", chain(2), 0.0)))
     >>> [(c.batch, c.plain, c.gamma) for c in load_choices(plan, Schedule(rows, 4))]
-    [(1, False, None), (2, False, 3), (4, True, None)]
+    [(1, False, None), (2, False, 3), (4, True, None), (8, False, None)]
     """
-    return tuple(_choice(row.batch, row.stages, row.summary, plan) for row in schedule.rows)
+    return tuple(_row_choice(row, plan) for row in schedule.rows)
+
+
+def _row_choice(row: ScheduleRow, plan: Plan) -> LoadChoice:
+    """The row's configuration, unless the row predicts the plan faster at its batch, or cannot cost the
+    plan there (a chain longer than the load's curve reaches: no evidence to leave the plan for)."""
+    if row.plan_tokens_per_s > row.tokens_per_s:
+        return _choice(row.batch, plan.stages, plan.summary(), plan)
+    if row.plan_tokens_per_s == 0 and plan.stages and row.stages != plan.stages:
+        return LoadChoice(row.batch, False, None, f"{plan.summary()} (not costed at this load)")
+    return _choice(row.batch, row.stages, row.summary, plan)
 
 
 class LoadSchedule:

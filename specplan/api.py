@@ -184,16 +184,17 @@ def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
 def serving_schedule(plan: Plan, profile: Profile, parallel: int):
     """The schedule a server decoding up to ``parallel`` requests together plays by load
     (runtime/load_schedule.py): the plan's own where it has one, else solved now from the profile at 2, 4,
-    8, ... and ``parallel`` requests with the planner's default options (on llama.cpp ``T(n, b) = T(b n)``,
-    docs/planner-math.md section 11.5). Its batch-1 row is the plan's own; None for ``parallel`` 1."""
-    from specplan.planner.schedule import solve_schedule
+    8, ... and ``parallel`` requests among what the plan's engine can play (plain decoding, the plan, its
+    chain at another length: :func:`~specplan.planner.schedule.playable_schedule`; on llama.cpp
+    ``T(n, b) = T(b n)``, docs/planner-math.md section 11.5). None for ``parallel`` 1."""
+    from specplan.planner.schedule import playable_schedule
 
     if parallel < 2:
         return None
     if plan.schedule is not None:
         return plan.schedule
     batches = tuple(sorted({1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}))
-    return solve_schedule(profile, batches=batches, plan=plan).schedule
+    return playable_schedule(plan, profile, batches)
 
 
 class Runner:

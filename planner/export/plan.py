@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import PlanError
 from specplan.core.plan import Stage
-from specplan.core.profile import Profile
+from specplan.core.profile import Profile, keep_drafters
 
 from .commands import render
 from .engines import (ARTIFACT_GAP, ENGINES, STAND_IN_MARGIN, EngineSupport, sglang_candidates, sglang_fits,
@@ -152,15 +152,6 @@ def _drafter_sources(profile: Profile) -> list[tuple[str, str]]:
     """(drafter id, SPEC) of every drafter of the profile."""
     target = profile.target.id
     return [(m.id, m.source) for m in profile.models if m.id != target] + [(r.id, r.source) for r in profile.retrieval]
-
-
-def keep_drafters(profile: Profile, kept: set[str]) -> Profile:
-    """``profile`` with only the models and drafters in ``kept`` (the target among them) and their
-    acceptance by the target."""
-    target = profile.target.id
-    return replace(profile, models=tuple(m for m in profile.models if m.id in kept),
-                   retrieval=tuple(r for r in profile.retrieval if r.id in kept),
-                   acceptance=tuple(a for a in profile.acceptance if a.drafter in kept and a.verifier == target))
 
 
 def export_plan(profile: Profile, engine_name: str, options: PlanOptions | None = None, *,

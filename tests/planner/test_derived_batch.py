@@ -59,3 +59,23 @@ def test_the_schedule_of_a_llama_cpp_profile_costs_each_batch_from_the_derived_c
     curve = next(c for c in llama_profile.target.latency if c.batch == 1)
     for row in schedule.rows:  # plain decoding of b sequences: one forward of b rows per b tokens
         assert row.plain_tokens_per_s == pytest.approx(row.batch * 1000.0 / interpolate(curve, row.batch).ms)
+
+
+@pytest.mark.parametrize("stored", ["transfer-qwen/plan-specbench", "transfer-qwen/plan-edit",
+                                    "transfer-smollm2-xeon/cal-humaneval-edit"])
+def test_a_playable_schedule_holds_only_what_the_plans_engine_plays_and_never_predicts_below_the_plan(stored):
+    """Batch 1 is the plan; above it plain decoding, the plan, or the plan's drafter as a chain, and a
+    row predicts at least the plan's own goodput at its batch wherever the plan can be costed there."""
+    from specplan.core.contract import load_plan_and_profile
+    from specplan.planner.schedule import playable_schedule
+
+    plan, profile, _ = load_plan_and_profile(str(STORED.parents[1] / stored / "plan.yaml"))
+    schedule = playable_schedule(plan, profile, (1, 2, 4))
+    assert schedule.rows[0].stages == plan.stages and schedule.rows[0].batch == 1
+    chain = len(plan.stages) == 1 and plan.stages[0].shape.kind == "sequence"
+    for row in schedule.rows[1:]:
+        assert row.stages in ((), plan.stages) or (chain and len(row.stages) == 1 and
+                                                   row.stages[0].drafter == plan.stages[0].drafter and
+                                                   row.stages[0].shape.kind == "sequence")
+        assert row.tokens_per_s >= row.plan_tokens_per_s * (1 - 1e-9)
+        assert row.tokens_per_s >= row.plain_tokens_per_s * (1 - 1e-9)
