@@ -16,7 +16,10 @@ request streams (``stream_options.include_usage``): time to first token, latency
 (tokens after the first over the time after the first). Per server and concurrency: the median of
 the per-request decode rates, the pooled decode rate (all tokens after the first over all the time
 after the first), TTFT and latency p50 / p95, aggregate tokens/s (all tokens over the wall time of the
-batch), and whether the greedy answers equal the same server's at concurrency 1.
+batch), and whether the greedy answers equal the same server's at concurrency 1. With ``--rounds R``
+the servers run side by side, idle but one: the prompts go in R chunks, each chunk to every server
+in turn, so that the ratios come from one interleaved run (a shared machine's slow minutes fall on
+every server alike; separate runs of one server here move by about 4%).
 
     .venv/bin/python measurements/serve_http.py --plan profiles/transfer-qwen/plan-edit/plan.yaml \
         --workload humaneval-edit --limit 40 --max-tokens 128 --concurrency 1 \
@@ -156,6 +159,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--servers", default="serve,llama-server")
     parser.add_argument("--out", type=Path, default=Path("/tmp/serve-http"))
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="interleave: start every server at once (idle ones cost nothing) and send them the "
+                             "prompts in this many chunks, each chunk to every server in turn (0: one server after another)")
     args = parser.parse_args()
     plan, profile, _ = load_plan_and_profile(str(args.plan))
     prompts = workload_split(args.workload, "evaluation")[:args.limit]
@@ -166,14 +172,16 @@ def main() -> int:
     repack = repacks_weights(exact=profile.exact)
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
+    if args.rounds > 0:
+        for concurrency in [int(c) for c in args.concurrency.split(",")]:
+            interleaved(args, plan, profile, prompts, target, repack, concurrency, results)
+        print_table(results)
+        return 0
     for name in args.servers.split(","):
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
             print(f"{name} at concurrency {concurrency}: {len(prompts)} {args.workload} prompts x {args.max_tokens}",
                   flush=True)
-            if name.startswith("serve"):  # serve-turns: one request at a time whatever the concurrency
-                server = SpecplanServer(args.plan, args.threads, 1 if name == "serve-turns" else concurrency)
-            else:
-                server = PeerServer(peer_arguments(name, args.plan, profile), target, args.threads, concurrency, repack)
+            server = start(name, args, plan, profile, target, repack, concurrency)
             try:
                 rows, wall = measure(server.base_url, prompts, args.max_tokens, concurrency, name == "serve-prediction")
             finally:
@@ -184,6 +192,46 @@ def main() -> int:
                                      for k, v in results[f"{name}@{concurrency}"]["summary"].items()}), flush=True)
     print_table(results)
     return 0
+
+
+def start(name: str, args, plan, profile, target: Path, repack: bool, concurrency: int):
+    if name.startswith("serve"):  # serve-turns: one request at a time whatever the concurrency
+        return SpecplanServer(args.plan, args.threads, 1 if name == "serve-turns" else concurrency)
+    return PeerServer(peer_arguments(name, args.plan, profile), target, args.threads, concurrency, repack)
+
+
+def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concurrency: int, results: dict) -> None:
+    """Every server started at once; the prompts in ``args.rounds`` chunks, each chunk sent to every server
+    in turn (the order reversed every other chunk), so that a slow minute of a shared machine falls on all of
+    them. Per server: the rows of every chunk and the summed wall time; ``chunks``: each chunk's aggregate."""
+    names = args.servers.split(",")
+    print(f"interleaved at concurrency {concurrency}: {len(prompts)} {args.workload} prompts x {args.max_tokens} "
+          f"in {args.rounds} chunks over {', '.join(names)}", flush=True)
+    servers = {}
+    try:
+        for name in names:
+            servers[name] = start(name, args, plan, profile, target, repack, concurrency)
+        rows = {name: [] for name in names}
+        walls = {name: 0.0 for name in names}
+        chunks = {name: [] for name in names}
+        for index, chunk in enumerate(np.array_split(np.arange(len(prompts)), args.rounds)):
+            part = [prompts[i] for i in chunk]
+            for name in (names if index % 2 == 0 else names[::-1]):
+                got, wall = measure(servers[name].base_url, part, args.max_tokens, concurrency,
+                                    name == "serve-prediction")
+                rows[name] += got
+                walls[name] += wall
+                chunks[name].append(sum(row["tokens"] for row in got) / wall)
+    finally:
+        for server in servers.values():
+            server.stop()
+    for name in names:
+        results[f"{name}@{concurrency}"] = {"summary": summary(rows[name], walls[name]), "rows": rows[name],
+                                           "chunks": chunks[name]}
+        print(f"  {name}: " + json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                                         for k, v in results[f"{name}@{concurrency}"]["summary"].items()}), flush=True)
+        print(f"  {name} aggregate per chunk: {', '.join(f'{value:.1f}' for value in chunks[name])}", flush=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
 
 
 def print_table(results: dict) -> None:
