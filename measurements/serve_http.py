@@ -17,7 +17,7 @@ request streams (``stream_options.include_usage``): time to first token, latency
 the per-request decode rates, the pooled decode rate (all tokens after the first over all the time
 after the first), TTFT and latency p50 / p95, aggregate tokens/s (all tokens over the wall time of the
 batch), and whether the greedy answers equal the same server's at concurrency 1. With ``--rounds R``
-the servers run side by side, idle but one: the prompts go in R chunks, each chunk to every server
+the servers run side by side, every one frozen (SIGSTOP) but the one measured: the prompts go in R chunks, each chunk to every server
 in turn, so that the ratios come from one interleaved run (a shared machine's slow minutes fall on
 every server alike; separate runs of one server here move by about 4%).
 
@@ -160,7 +160,7 @@ def main() -> int:
     parser.add_argument("--servers", default="serve,llama-server")
     parser.add_argument("--out", type=Path, default=Path("/tmp/serve-http"))
     parser.add_argument("--rounds", type=int, default=0,
-                        help="interleave: start every server at once (idle ones cost nothing) and send them the "
+                        help="interleave: start every server at once (frozen while another is measured) and send them the "
                              "prompts in this many chunks, each chunk to every server in turn (0: one server after another)")
     args = parser.parse_args()
     plan, profile, _ = load_plan_and_profile(str(args.plan))
@@ -200,10 +200,19 @@ def start(name: str, args, plan, profile, target: Path, repack: bool, concurrenc
     return PeerServer(peer_arguments(name, args.plan, profile), target, args.threads, concurrency, repack)
 
 
+def pause(server, paused: bool) -> None:
+    """Freeze (SIGSTOP) or wake (SIGCONT) a server between its chunks: an idle llama.cpp server is not
+    idle (its threads kept a core busy between requests here), so only the measured one may run."""
+    process = server.process if isinstance(server, SpecplanServer) else server.server.process
+    process.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+    if not paused:
+        time.sleep(0.5)
+
+
 def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concurrency: int, results: dict) -> None:
-    """Every server started at once; the prompts in ``args.rounds`` chunks, each chunk sent to every server
-    in turn (the order reversed every other chunk), so that a slow minute of a shared machine falls on all of
-    them. Per server: the rows of every chunk and the summed wall time; ``chunks``: each chunk's aggregate."""
+    """Every server started at once, each frozen but while its chunk runs (:func:`pause`); the prompts in
+    ``args.rounds`` chunks, each chunk sent to every server in turn (the order reversed every other chunk),
+    so that a slow minute of a shared machine falls on all of them. Per server: the rows of every chunk and the summed wall time; ``chunks``: each chunk's aggregate."""
     names = args.servers.split(",")
     print(f"interleaved at concurrency {concurrency}: {len(prompts)} {args.workload} prompts x {args.max_tokens} "
           f"in {args.rounds} chunks over {', '.join(names)}", flush=True)
@@ -211,19 +220,25 @@ def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concur
     try:
         for name in names:
             servers[name] = start(name, args, plan, profile, target, repack, concurrency)
+            pause(servers[name], True)
         rows = {name: [] for name in names}
         walls = {name: 0.0 for name in names}
         chunks = {name: [] for name in names}
         for index, chunk in enumerate(np.array_split(np.arange(len(prompts)), args.rounds)):
             part = [prompts[i] for i in chunk]
             for name in (names if index % 2 == 0 else names[::-1]):
-                got, wall = measure(servers[name].base_url, part, args.max_tokens, concurrency,
-                                    name == "serve-prediction")
+                pause(servers[name], False)
+                try:
+                    got, wall = measure(servers[name].base_url, part, args.max_tokens, concurrency,
+                                        name == "serve-prediction")
+                finally:
+                    pause(servers[name], True)
                 rows[name] += got
                 walls[name] += wall
                 chunks[name].append(sum(row["tokens"] for row in got) / wall)
     finally:
         for server in servers.values():
+            pause(server, False)
             server.stop()
     for name in names:
         results[f"{name}@{concurrency}"] = {"summary": summary(rows[name], walls[name]), "rows": rows[name],
