@@ -201,8 +201,8 @@ def start(name: str, args, plan, profile, target: Path, repack: bool, concurrenc
 
 
 def pause(server, paused: bool) -> None:
-    """Freeze (SIGSTOP) or wake (SIGCONT) a server between its chunks: an idle llama.cpp server is not
-    idle (its threads kept a core busy between requests here), so only the measured one may run."""
+    """Freeze (SIGSTOP) or wake (SIGCONT) a server between its chunks, so that nothing of the others (a
+    polling thread, a late cache edit) runs beside the measured one."""
     process = server.process if isinstance(server, SpecplanServer) else server.server.process
     process.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
     if not paused:
