@@ -193,8 +193,20 @@ def serving_schedule(plan: Plan, profile: Profile, parallel: int):
         return None
     if plan.schedule is not None:
         return plan.schedule
-    batches = tuple(sorted({1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}))
-    return playable_schedule(plan, profile, batches)
+    wanted = sorted({1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel})
+    return playable_schedule(plan, profile, tuple(batch for batch in wanted if _seen_at(profile, batch)))
+
+
+def _seen_at(profile: Profile, batch: int) -> bool:
+    """Whether the profile's target can be costed at ``batch`` sequences (a load beyond its curve plays the
+    row of the largest batch that can)."""
+    from specplan.planner.batch import scheduled_batches
+
+    try:
+        scheduled_batches(profile, (batch,))
+    except ValueError:
+        return False
+    return True
 
 
 class Runner:

@@ -149,3 +149,6 @@ def test_a_server_schedules_by_load_from_the_plan_or_its_profile(fast_plan):
     schedule = serving_schedule(plan, profile, 4)
     assert [row.batch for row in schedule.rows] == [1, 2, 4]
     assert serving_schedule(replace(plan, schedule=schedule), profile, 8) is schedule
+    widest = max(max(curve.n) for curve in profile.target.latency)
+    beyond = [row.batch for row in serving_schedule(plan, profile, 2 * widest).rows]
+    assert max(beyond) <= widest and beyond[0] == 1  # loads beyond the curve play the last row it reaches
