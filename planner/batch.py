@@ -100,6 +100,14 @@ def with_overhead(curve: LatencyCurve, overhead: LatencyCurve) -> LatencyCurve:
     return replace(curve, ms=tuple(ms + overhead_ms(overhead, n) for n, ms in zip(curve.n, curve.ms)))
 
 
+def seen_batches(profile: Profile, wanted: tuple[int, ...]) -> tuple[int, ...]:
+    """The batch sizes of ``wanted`` the profile's target can be costed at (:func:`batch_view`): measured,
+    or on llama.cpp derived (:func:`derived_curve`); ascending."""
+    measured = set(batch_sizes(profile))
+    derives = profile.backend == "llama.cpp"
+    return tuple(sorted(b for b in set(wanted) if b in measured or (derives and derived_curves(profile.target, b))))
+
+
 def scheduled_batches(profile: Profile, wanted: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """The batch sizes a schedule covers: those the target has a curve for (all, or those of ``wanted``;
     on llama.cpp also any ``wanted`` batch its curve can be derived at, :func:`derived_curve`).
@@ -109,8 +117,7 @@ def scheduled_batches(profile: Profile, wanted: tuple[int, ...] | None = None) -
     available = batch_sizes(profile)
     if wanted is None:
         return available
-    if profile.backend == "llama.cpp":
-        available = tuple(sorted(set(available) | {b for b in wanted if derived_curves(profile.target, b)}))
+    available = seen_batches(profile, wanted)
     missing = sorted(set(wanted) - set(available))
     if missing:
         raise ValueError(f"the profile has no target latency at batch {', '.join(map(str, missing))} "

@@ -49,9 +49,9 @@ def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: P
 
 
 def load_choices(plan: Plan, schedule: Schedule) -> tuple[LoadChoice, ...]:
-    """The schedule's rows as a request's engine plays them, by ascending batch; the plan's own where
-    the row predicts the plan faster at that batch (a schedule solved with other options than the plan)
-or cannot cost it there.
+    """The schedule's rows as a request's engine plays them, by ascending batch: the plan alone, and above
+    batch 1 each row's configuration, or the plan's own where the row predicts the plan faster at that
+    batch (a schedule solved with other options than the plan) or cannot cost it there.
 
     >>> from specplan.core.plan import Stage, StageShape
     >>> from specplan.core.schedule import ScheduleRow
@@ -63,7 +63,8 @@ or cannot cost it there.
     >>> [(c.batch, c.plain, c.gamma) for c in load_choices(plan, Schedule(rows, 4))]
     [(1, False, None), (2, False, 3), (4, True, None), (8, False, None)]
     """
-    return tuple(_row_choice(row, plan) for row in schedule.rows)
+    alone = LoadChoice(1, not plan.stages, None, plan.summary())  # a request decoding alone plays its plan
+    return (alone,) + tuple(_row_choice(row, plan) for row in schedule.rows if row.batch > 1)
 
 
 def _row_choice(row: ScheduleRow, plan: Plan) -> LoadChoice:

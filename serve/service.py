@@ -15,7 +15,7 @@ from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine, f
 from specplan.runtime.context import draft_width, model_context
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.load_schedule import LoadChoice, LoadSchedule, load_choices
+from specplan.runtime.load_schedule import LoadSchedule, load_choices
 from specplan.api import serving_schedule
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.serve.metrics import ServeMetrics
@@ -64,10 +64,7 @@ class Service:
         schedule = serving_schedule(self.runner.plan, self.runner.profile, self.settings.parallel)
         if schedule is None:
             return None
-        plan = self.runner.plan
-        alone = LoadChoice(1, not plan.stages, None, plan.summary())
-        rows = [choice for choice in load_choices(plan, schedule) if choice.batch > 1]
-        return LoadSchedule((alone, *rows), lambda: batcher.active)
+        return LoadSchedule(load_choices(self.runner.plan, schedule), lambda: batcher.active)
 
     # requests -> jobs
 

@@ -187,26 +187,15 @@ def serving_schedule(plan: Plan, profile: Profile, parallel: int):
     8, ... and ``parallel`` requests among what the plan's engine can play (plain decoding, the plan, its
     chain at another length: :func:`~specplan.planner.schedule.playable_schedule`; on llama.cpp
     ``T(n, b) = T(b n)``, docs/planner-math.md section 11.5). None for ``parallel`` 1."""
+    from specplan.planner.batch import seen_batches
     from specplan.planner.schedule import playable_schedule
 
     if parallel < 2:
         return None
     if plan.schedule is not None:
         return plan.schedule
-    wanted = sorted({1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel})
-    return playable_schedule(plan, profile, tuple(batch for batch in wanted if _seen_at(profile, batch)))
-
-
-def _seen_at(profile: Profile, batch: int) -> bool:
-    """Whether the profile's target can be costed at ``batch`` sequences (a load beyond its curve plays the
-    row of the largest batch that can)."""
-    from specplan.planner.batch import scheduled_batches
-
-    try:
-        scheduled_batches(profile, (batch,))
-    except ValueError:
-        return False
-    return True
+    wanted = {1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}
+    return playable_schedule(plan, profile, seen_batches(profile, tuple(wanted)))  # a larger load plays the last row
 
 
 class Runner:
