@@ -12,6 +12,7 @@ from specplan.core.plan import Plan, floor_phrase, prompt_spread_of, save_plan
 from specplan.core.profile import Profile, load_profile
 from specplan.planner import explain as explain_result
 from specplan.planner.explain_schedule import schedule_table
+from specplan.planner.prediction import prediction_line
 from specplan.planner.options import runtime_options
 from specplan.cli.options import TEMPERATURE, integer, number
 from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
@@ -71,6 +72,9 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
           f"{floor_phrase(plan)}")
     if isinstance(plan.solver, dict) and plan.solver.get("plain_reason"):
         print(f"specplan: {plan.solver['plain_reason']}")  # the one-line reason a plan is plain decoding
+    line = prediction_line(plan, profile)
+    if line is not None:
+        print(line)  # a client's prediction: its planned lengths against the fixed rule's (section 12.6)
     spread = prompt_spread_of(plan)
     if spread is not None and spread[0] < 1.0:
         print(f"specplan: on the least favourable draws of the calibration prompts the plan is {spread[0]:.2f}x the "

@@ -14,6 +14,7 @@ from typing import Any
 from specplan.core.errors import PlanError, TreeError
 from specplan.core.limits import MAX_DEPTH, MAX_STAGES, MAX_TREE_BUDGET, check_count
 from specplan.core.parents import capped_parents, check_parents, leaf_count, tree_depth
+from specplan.core.prediction import PredictionLengths, lengths_from_dict, lengths_to_dict
 from specplan.core.plan_adaptive import AdaptiveSettings, adaptive_from_dict, adaptive_to_dict
 from specplan.core.schedule import Schedule, plan_number, schedule_from_dict, schedule_to_dict
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
@@ -190,6 +191,9 @@ class Plan:
     schema_version: int = SCHEMA_VERSION
     adaptive: AdaptiveSettings | None = None  # closed-loop candidates (core/plan_adaptive.py); None: static
     schedule: Schedule | None = None  # the best configuration per batch size (core/schedule.py); None: batch 1 only
+    # the lengths a client's prediction drafts at, solved apart from the stages (core/prediction.py,
+    # planner/prediction.py); None: the runtime keeps the fixed rule (core/prediction.py rule_lengths)
+    prediction: PredictionLengths | None = None
 
     def summary(self) -> str:
         return describe_stages(self.stages, self.target)
@@ -290,6 +294,7 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
         )
         plan = replace(plan, adaptive=adaptive_from_dict(document.get("adaptive"), _stages))
         plan = replace(plan, schedule=schedule_from_dict(document.get("schedule"), _stages))
+        plan = replace(plan, prediction=lengths_from_dict(document.get("prediction"), PlanError))
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -331,6 +336,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         document["adaptive"] = adaptive_to_dict(plan.adaptive, _stage_dicts)
     if plan.schedule is not None:
         document["schedule"] = schedule_to_dict(plan.schedule, _stage_dicts)
+    if plan.prediction is not None:
+        document["prediction"] = lengths_to_dict(plan.prediction)
     return document
 
 

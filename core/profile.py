@@ -15,6 +15,7 @@ from typing import Any
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, ProfileError
 from specplan.core.limits import check_count
+from specplan.core.prediction import PredictionCalibration, calibration_from_dict, calibration_to_dict
 from specplan.core.prompt_counts import PromptCounts
 from specplan.core.yamlio import SCHEMA_VERSION, read_document, write_document
 
@@ -148,6 +149,9 @@ class Profile:
     software: dict[str, str] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    # a client's prediction replayed as a drafter over the calibration outputs, where the prompts carried
+    # one (core/prediction.py; docs/planner-math.md section 12.6); None: none did, or an older profile
+    prediction: PredictionCalibration | None = None
 
     @property
     def backend(self) -> str:
@@ -466,6 +470,7 @@ def profile_from_dict(document: dict[str, Any]) -> Profile:
         created=str(document.get("created", "")),
         software={str(k): str(v) for k, v in _mapping(document, "software").items()},
         calibration=_mapping(document, "calibration"),
+        prediction=calibration_from_dict(document.get("prediction"), ProfileError),
     )
     profile.target  # noqa: B018 - validates that a target exists
     return profile
@@ -512,6 +517,10 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
                                for counts in entry["per_prompt"]]
         if not entry["per_prompt"]:
             del entry["per_prompt"]  # profiles from before per-prompt counts read as before
+    if profile.prediction is None:
+        del document["prediction"]  # profiles without predictions read as before, by any reader
+    else:
+        document["prediction"] = calibration_to_dict(profile.prediction)
     document["models"] = list(document["models"])
     document["acceptance"] = list(document["acceptance"])
     document["retrieval"] = list(document["retrieval"])

@@ -21,9 +21,14 @@ CALIBRATION_MODULUS = 4
 
 @dataclass(frozen=True)
 class Prompt:
+    """One prompt; ``prediction``: the text its answer is expected to be (OpenAI's Predicted Outputs, as an
+    editor sends the code it asks to change), "" where none: a profile replays it as a drafter
+    (profiler/prediction_acceptance.py)."""
+
     prompt_id: str
     category: str
     text: str
+    prediction: str = ""
 
 
 def spec_bench_path() -> Path:
@@ -39,7 +44,8 @@ def spec_bench_path() -> Path:
 
 
 def read_prompts(path: str | Path, turn: int = 0) -> list[Prompt]:
-    """Read JSONL rows with ``turns`` (the ``turn``-th is used) or ``prompt``; reject empty prompts."""
+    """Read JSONL rows with ``turns`` (the ``turn``-th is used) or ``prompt``, and an optional ``prediction``
+    (the expected answer's text); reject empty prompts."""
     path = Path(path)
     if not path.is_file():
         raise PromptError(f"prompts file {path} does not exist; pass a JSONL file with `prompt` or `turns` per line")
@@ -60,7 +66,12 @@ def read_prompts(path: str | Path, turn: int = 0) -> list[Prompt]:
             text = row["turns"][turn]
         if not isinstance(text, str) or not text.strip():
             raise PromptError(f"{path}:{number} has no non-empty `prompt` or `turns[{turn}]`; fix or remove that line")
-        prompts.append(Prompt(str(row.get("question_id", row.get("id", number))), str(row.get("category", "prompt")), text))
+        prediction = row.get("prediction", "")
+        if not isinstance(prediction, str):
+            raise PromptError(f"{path}:{number} has a `prediction` that is not a string; give the expected answer's "
+                              "text or remove it")
+        prompts.append(Prompt(str(row.get("question_id", row.get("id", number))), str(row.get("category", "prompt")), text,
+                              prediction))
     if not prompts:
         raise PromptError(f"{path} holds no prompts; add lines with `prompt` or `turns`")
     return prompts

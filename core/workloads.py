@@ -7,7 +7,9 @@ into a calibration part and a held-out evaluation part (never the same prompt in
 - ``humaneval-edit``: edits, where local coding assistants spend their tokens and where drafts
   taken from the text itself are accepted in long runs: each HumanEval task's whole function (its
   prompt and canonical solution, MIT) with one of :data:`EDIT_INSTRUCTIONS` (chosen by task number),
-  asked to be reprinted edited; the same split by task number as ``humaneval``.
+  asked to be reprinted edited; the same split by task number as ``humaneval``. Each prompt's
+  ``prediction`` is that function's code block, as an editor sends it (OpenAI's Predicted Outputs;
+  measurements/serve_http.py sends the same text), which a profile replays as a drafter.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def humaneval_prompts() -> list[Prompt]:
 
 def humaneval_edit_prompts() -> list[Prompt]:
     """Every HumanEval task's whole function (prompt + canonical solution) with an edit instruction;
-    the category names the edit.
+    the category names the edit, and the prediction is the function's code block.
 
     >>> prompts = humaneval_edit_prompts()
     >>> len(prompts), sorted({p.category for p in prompts})[0], prompts[0].text.count("def ")
@@ -62,7 +64,8 @@ def humaneval_edit_prompts() -> list[Prompt]:
         # (task // 4) picks the edit: the split takes task % 4, so both splits hold every edit
         category, instruction = EDIT_INSTRUCTIONS[(number // CALIBRATION_MODULUS) % len(EDIT_INSTRUCTIONS)]
         code = row["prompt"] + row["canonical_solution"]
-        prompts.append(Prompt(str(number), category, f"{instruction}{EDIT_SUFFIX}```python\n{code.rstrip()}\n```"))
+        block = f"```python\n{code.rstrip()}\n```"  # the code to edit: also the answer's prediction
+        prompts.append(Prompt(str(number), category, f"{instruction}{EDIT_SUFFIX}{block}", block))
     return prompts
 
 

@@ -22,6 +22,7 @@ from .costs import CostModel, build_cost_model
 from .hierarchy import HierarchySolution, StageCost, chain_for, solve_exact_stages, solve_hierarchy, stage_choices
 from .lp import solve_lp
 from .options import PlanOptions
+from .prediction import solve_prediction
 from .simulate import SimulationResult, simulate_plan
 from .spread import prompt_spread
 from .validate import NoCandidatesError, PlannerWarning, validate_profile
@@ -276,4 +277,5 @@ def _plan(profile: Profile, options: PlanOptions, best: Candidate, rows: tuple[C
         predicted=predicted,
         alternatives=_alternatives(rows),
         solver=solver,
+        prediction=solve_prediction(profile, options.context),  # apart from the stages (section 12.6)
     )

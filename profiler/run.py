@@ -5,7 +5,8 @@ of ``context`` tokens; decode the calibration prompts greedily with the target; 
 each drafter over those outputs for its acceptance statistics: chains and ranked children
 for model drafters, and for retrieval drafters their ranked candidates alone (``rank_accept``)
 and beside the best model drafter's children (``retrieval_rank_accept``, Graft arXiv
-2605.20104; ``calibration.graft_siblings`` names that model).
+2605.20104; ``calibration.graft_siblings`` names that model); where the prompts carry a client's
+prediction, replay it as a drafter at each candidate length (``prediction``, profiler/prediction_acceptance.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from specplan.profiler.curve_checkpoint import load_curves, save_curves
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.acceptance import teacher_forced_logits
+from specplan.profiler.prediction_acceptance import prediction_calibration
 from specplan.profiler.retrieval_acceptance import replay_retrieval
 from specplan.profiler.wide_verify import NEVER, WIDE_CURVE, measure_both, route
 from specplan.core.yamlio import read_document
@@ -335,7 +337,9 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
     curves = {model.id: model.latency[0] for model in profile.models}
     acceptance, retrieval, _ = _acceptance_tables(built, target, target_network, pairs, prompts, curves, device, settings)
     calibration = {**profile.calibration, "prompts": settings.prompts_label, "count": len(prompts)}
-    return replace(profile, acceptance=tuple(acceptance), retrieval=tuple(retrieval), calibration=calibration)
+    prediction = prediction_calibration(pairs, [p.prediction for p in prompts], target.tokenizer, settings.max_new_tokens)
+    return replace(profile, acceptance=tuple(acceptance), retrieval=tuple(retrieval), calibration=calibration,
+                   prediction=prediction)
 
 
 def _with_flash_attention_choice(target: LoadedModel, context: list[int], settings: ProfileSettings) -> LoadedModel:
@@ -390,6 +394,8 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
                                  shape=shape_of_network(build.model)))
     acceptance, retrieval, graft_model = _acceptance_tables(built, target, target_network, pairs, prompts, curves,
                                                             device, settings)
+    # a client's prediction, where the prompts carry one, replayed as a drafter: no model forward (section 12.6)
+    prediction = prediction_calibration(pairs, [p.prediction for p in prompts], target.tokenizer, settings.max_new_tokens)
     return Profile(
         device=device_info,
         models=tuple(models),
@@ -400,4 +406,5 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         calibration={"prompts": settings.prompts_label, "count": len(prompts), "temperature": 0.0,
                      "max_new_tokens": settings.max_new_tokens, "context": settings.context,
                      **({"graft_siblings": graft_model} if graft_model else {})},
+        prediction=prediction,
     )

@@ -12,9 +12,10 @@ the text it rewrites). Where the prediction has nothing aligned, the plan's own 
 Draft length: a chain from the prediction starts at ``first`` tokens, doubles after a chain
 accepted whole (up to ``LONGEST_LOOKUP_CHAIN``) and returns to ``first`` after a rejection,
 the rule of :class:`~specplan.runtime.fallback.ChainGrowth` (section 12.5), applied here to every
-target because a prediction, once aligned, is copied for whole spans. Under a lookup plan
-(runtime/build.py) ``first`` is the plan's gamma and ``min_match`` its shortest n-gram: what a copy
-needs to pay on the machine the plan was solved for.
+target because a prediction, once aligned, is copied for whole spans. ``first`` and ``min_match`` come
+from the plan's ``prediction`` section, solved from a replay of this drafter on the calibration
+prompts (planner/prediction.py, profiler/prediction_acceptance.py), else from the fixed rule
+(core/prediction.py ``rule_lengths``; runtime/build.py ``prediction_lengths``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,18 @@ from collections.abc import Sequence
 import torch
 
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+from specplan.core.prediction import FIRST_CHAIN, MIN_MATCH
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 
-FIRST_CHAIN = 16  # draft tokens a newly aligned prediction proposes
-MIN_MATCH = 2  # output tokens that must occur in the prediction to align it again, by default
+__all__ = ["FIRST_CHAIN", "MAX_MATCH", "MIN_MATCH", "PredictionDrafter", "prediction_tokens"]
+
 MAX_MATCH = 8  # longest suffix compared when choosing among several occurrences
+
+
+def prediction_tokens(tokenizer, text: str) -> list[int]:
+    """A prediction's token ids as a request's is drafted (serve) and a calibration prompt's replayed
+    (profiler): ``text`` tokenized without special tokens."""
+    return [int(token) for token in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
 class PredictionDrafter(Drafter):
