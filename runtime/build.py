@@ -294,31 +294,34 @@ def sequence_drafter(engine: SpeculativeEngine):
     return engine.drafter if engine.tree is None and engine.gamma > 0 else None
 
 
-def prediction_lengths(engine: SpeculativeEngine) -> tuple[int, int]:
+def prediction_lengths(engine: SpeculativeEngine, plan: Plan | None = None) -> tuple[int, int]:
     """``(first, min_match)`` of a prediction drafted over ``engine``'s plan (docs/planner-math.md
-    section 12.6): a lookup plan says what a copy needs on this machine, its gamma the chain the
-    planner found copies pay at (at least FIRST_CHAIN) and its shortest n-gram the match a copy is
-    drafted from; other plans give the drafter's defaults."""
-    from specplan.runtime.drafters.prediction import FIRST_CHAIN, MIN_MATCH
+    section 12.6): the plan's ``prediction`` section where it has one (the replayed candidate the planner
+    found cheapest, planner/prediction.py); else the fixed rule (core/prediction.py ``rule_lengths``): a
+    lookup plan lends its gamma and its shortest n-gram, other plans give the rule's defaults."""
+    from specplan.core.prediction import rule_lengths
 
+    if plan is not None and plan.prediction is not None:
+        return plan.prediction.first, plan.prediction.min_match
     drafter = sequence_drafter(engine)
     if drafter is None or drafter.sessions():
-        return FIRST_CHAIN, MIN_MATCH
-    return max(FIRST_CHAIN, engine.gamma), max(MIN_MATCH, getattr(drafter, "min_ngram", 0))
+        return rule_lengths()
+    return rule_lengths(engine.gamma, getattr(drafter, "min_ngram", 0))
 
 
 def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int,
-                            guard: FallbackGuard | None = None) -> SpeculativeEngine:
+                            guard: FallbackGuard | None = None, plan: Plan | None = None) -> SpeculativeEngine:
     """An engine over ``engine``'s target session that drafts from a client's ``prediction`` (token ids
     of the expected output, continuing a prompt of ``prompt_length`` tokens; runtime/drafters/prediction.py)
     at the lengths of :func:`prediction_lengths` and, where the prediction has nothing aligned, from
     ``engine``'s own sequence drafter at its gamma (a tree stage's drafter is not used: the prediction's
     round is a chain). Built per request; no model loads. ``guard``: the fallback guard the rounds play
-    under (None: every round drafts; it measures each request afresh, runtime/fallback.py)."""
+    under (None: every round drafts; it measures each request afresh, runtime/fallback.py). ``plan``: the
+    opened plan, whose ``prediction`` section, where present, sets the lengths."""
     from specplan.runtime.drafters.prediction import PredictionDrafter
 
     plan_drafter = sequence_drafter(engine)
-    first, min_match = prediction_lengths(engine)
+    first, min_match = prediction_lengths(engine, plan)
     drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, engine.gamma if plan_drafter else 0,
                                 first=first, min_match=min_match)
     return SpeculativeEngine(engine.target, engine.device, engine.eos_ids, drafter, gamma=LONGEST_LOOKUP_CHAIN,

@@ -139,3 +139,21 @@ def test_an_unchecked_prediction_fails_the_same_test(monkeypatch):
 
     monkeypatch.setattr(stage, "_verify", accept_all)
     assert second_token_pvalue(300) < 1e-6
+
+
+def test_the_plans_prediction_section_sets_the_lengths_over_the_rule():
+    from dataclasses import replace
+
+    from specplan.core.prediction import PredictionLengths
+    from specplan.runtime.build import build_prediction_engine, prediction_lengths
+    from tests.core.test_formats import make_plan
+
+    target = tiny_llama("sdpa", seed=0)
+    lookup = SpeculativeEngine(target, CPU, set(), NgramDrafter(12, 6), gamma=40)
+    planned = replace(make_plan(), prediction=PredictionLengths(4, 3, 2.0, 500.0, 5.0, 3.0))
+    assert prediction_lengths(lookup, planned) == (4, 3)
+    assert prediction_lengths(lookup, make_plan()) == (40, 6)  # no section: the fixed rule
+    assert prediction_lengths(SpeculativeEngine(target, CPU, set()), planned) == (4, 3)
+    engine = build_prediction_engine(lookup, [10, 11, 12], 2, plan=planned)
+    assert (engine.drafter.first, engine.drafter.min_match) == (4, 3)
+    assert (build_prediction_engine(lookup, [10, 11, 12], 2).drafter.first) == 40
