@@ -121,13 +121,15 @@ class SpeculativeEngine:
         cached = len(text.context) - len(self.target.rewind_to(text.context)) if keep else 0
         self.stage.catch_up(text.context)  # prefill (of what the cache lacks)
         guard, growth = self.guard, self.growth
-        if guard is not None:
-            guard.start()
         if growth is not None:
             growth.start()
+        if guard is not None:
+            guard.start(chain=growth.base if growth is not None else None)  # a lookup chain it may shorten
         while text.remaining > 0 and not text.done:
             played, gamma = self._next_round()
             stage = self.stage if played == "plan" else self._plain()
+            if played == "plan" and growth is not None and guard.cap is not None and guard.cap < growth.floor:
+                growth.shorten(guard.cap)
             if played == "plan":
                 stage.gamma = gamma if gamma is not None else growth.gamma if growth is not None else self.gamma
             result = stage.play(text.context, text.remaining, sampling, generator)

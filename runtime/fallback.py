@@ -11,7 +11,11 @@ decoding is measured by a few plain rounds after the plan's first rounds, unless
 verifies, scaled by the profile's T(1) / T(n), show it winning by far (``SURE_WIN``). It returns to the
 plan after a back-off of plain tokens that doubles each time the plan fails again (16, 32, ...,
 256), and probes it for ``PROBE_ROUNDS`` rounds, so a request whose text turns copyable
-(an edit reprinting its input after a preamble) finds the speculation again.
+(an edit reprinting its input after a preamble) finds the speculation again. A lookup's chain is
+shortened before it is given up: where the plan's window loses, the guard re-costs the window's own
+rounds at every shorter chain (each round's draft cut there, its verify scaled by the profile's
+T(n), a copy longer than the chain split over several rounds) and plays the cheapest one that beats
+plain decoding, if any (``shorter_chain``); a chain accepted whole still doubles back up.
 
 Lossless: which stage plays round k depends only on the rounds before it (their committed
 tokens and measured seconds), never on round k's draft or random draws. Every round is an
@@ -50,6 +54,7 @@ class GuardSettings:
     """The guard's rule (module docstring); ``enabled`` False plays the plan every round."""
 
     enabled: bool = True
+    shorter_chains: bool = True  # a losing lookup chain is first shortened, where that is estimated to pay
     probe_rounds: int = PROBE_ROUNDS
     window_rounds: int = WINDOW_ROUNDS
     first_backoff: int = FIRST_BACKOFF
@@ -66,8 +71,8 @@ class FallbackGuard:
     restarts with each request (:meth:`start`), the plain cost too: a plain token's cost grows with the context (attention reads
     every cached row; on SmolLM2 on a 2-core Xeon 15 ms after a short prompt, 31 ms after a
     2,000-token one), so a cost carried over from another request would compare the plan against
-    the wrong floor. ``cost`` replaces a round's measured seconds: ``cost(played, seconds, tokens)``
-    (tests decide by a deterministic cost).
+    the wrong floor. ``cost`` replaces a round's measured seconds, all of them verify seconds:
+    ``cost(played, seconds, tokens)`` (tests decide by a deterministic cost).
 
     >>> guard = FallbackGuard(plain_ms=10.0)
     >>> guard.start()
@@ -86,13 +91,18 @@ class FallbackGuard:
         self.prior_seconds = plain_ms / 1000.0 if plain_ms is not None and plain_ms > 0 else None
         self.start()
 
-    def start(self) -> None:
+    def start(self, chain: int | None = None) -> None:
         """A new request: the plan plays first, with a fresh window, the first back-off and no plain cost
-        measured yet (only the prior, if one was given)."""
+        measured yet (only the prior, if one was given). ``chain``: the plan's lookup chain, which the guard
+        may shorten (``cap``) before falling back to plain decoding; None: the engine plays no such chain."""
+        shortens = chain is not None and chain > 1 and self.verify_ms is not None and self.settings.shorter_chains
+        self.cap = chain if shortens else None  # the longest chain the engine may draft after a rejection
+        self.shortenings = 0
         self.plain_seconds: deque[float] = deque(maxlen=self.settings.window_rounds)  # per plain token, recent rounds
         if self.prior_seconds is not None:
             self.plain_seconds.append(self.prior_seconds)
-        self.window: deque[tuple[float, int]] = deque(maxlen=self.settings.window_rounds)
+        # the plan's recent rounds: (seconds, tokens committed, tokens drafted, verify seconds)
+        self.window: deque[tuple[float, int, int, float]] = deque(maxlen=self.settings.window_rounds)
         self.estimates: deque[float] = deque(maxlen=self.settings.window_rounds)  # plain s/token, from plan verifies
         self.backoff = self.settings.first_backoff
         self.plain_tokens_left = 0
@@ -112,7 +122,7 @@ class FallbackGuard:
         """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played."""
         if len(self.window) < self.settings.probe_rounds:
             return None
-        return 1000.0 * sum(s for s, _ in self.window) / max(1, sum(t for _, t in self.window))
+        return 1000.0 * sum(row[0] for row in self.window) / max(1, sum(row[1] for row in self.window))
 
     def choose(self) -> str:
         if not self.settings.enabled:
@@ -124,6 +134,7 @@ class FallbackGuard:
         ``verified`` tokens (root included) took ``verify_seconds`` of it (0: not known)."""
         if self.cost is not None:
             seconds = self.cost(played, seconds, tokens)
+            verify_seconds = seconds if verified > 0 else 0.0  # a given cost is all verify
         if played == "plain":
             self.plain_rounds += 1
             self.plain_seconds.append(seconds / max(1, tokens))
@@ -131,7 +142,7 @@ class FallbackGuard:
             if self.plain_tokens_left == 0:
                 self._judge()  # after the plain probe the plan's window waits for it (a back-off cleared it)
             return
-        self.window.append((seconds, tokens))
+        self.window.append((seconds, tokens, max(0, verified - 1), verify_seconds))
         if self.verify_ms is not None and verified > 0 and verify_seconds > 0:
             self.estimates.append(verify_seconds * self.verify_ms(1) / self.verify_ms(verified))
         self._judge()
@@ -151,12 +162,49 @@ class FallbackGuard:
             if not self.sure_win():  # else plain decoding is measured only once the plan stops winning by far
                 self.plain_tokens_left = PLAIN_PROBE
         elif self.plan_ms >= self.plain_ms:
+            shorter = self.shorter_chain()
+            if shorter is not None:  # a shorter chain beats plain decoding on the window's own rounds
+                self.cap = shorter
+                self.shortenings += 1
+                self.window.clear()  # probed afresh at the new length
+                return
             self.plain_tokens_left = self.backoff
             self.backoff = min(2 * self.backoff, self.settings.last_backoff)
             self.window.clear()  # the plan is probed afresh after the back-off
             self.switches += 1
         elif len(self.window) == self.settings.window_rounds:
             self.backoff = self.settings.first_backoff  # a whole window paid: the next loss backs off briefly
+
+
+    def chain_ms(self, chain: int) -> float:
+        """ms per committed token the window's rounds would have cost with drafts cut at ``chain`` tokens
+        (docs/planner-math.md section 12.5; a round's cost as in Leviathan et al., arXiv 2211.17192, its draft
+        length chosen at run time as in DISCO, arXiv 2405.04304): a round that drafted ``d`` tokens and accepted ``a`` drafts
+        ``m = min(d, chain)``, its verify scaled by T(m + 1) / T(d + 1) (the profile's curve, whose ratios
+        travel between CPUs better than its milliseconds); a round that accepted ``a >= chain`` commits its
+        ``a + 1`` tokens over ``ceil((a + 1) / (chain + 1))`` such rounds (a copy cut into chains; the
+        doubling after a whole chain is left out, so a short chain is never flattered)."""
+        seconds = tokens = 0.0
+        for round_seconds, committed, drafted, verify_seconds in self.window:
+            cut = min(drafted, chain)
+            scale = self.verify_ms(cut + 1) / self.verify_ms(drafted + 1) if drafted > cut else 1.0
+            rounds = -(-committed // (chain + 1)) if committed - 1 >= chain else 1
+            seconds += rounds * (round_seconds - verify_seconds + verify_seconds * scale)
+            tokens += committed
+        return 1000.0 * seconds / max(1.0, tokens)
+
+    def shorter_chain(self) -> int | None:
+        """The chain below ``cap`` (halvings of it) whose re-costed window (:meth:`chain_ms`) is the cheapest,
+        if that beats plain decoding; None: no shorter chain does (or the engine plays none)."""
+        if self.cap is None or self.plain_ms is None or len(self.window) < self.settings.probe_rounds:
+            return None
+        chains, chain = [], self.cap // 2
+        while chain >= 1:
+            chains.append(chain)
+            chain //= 2
+        costs = {chain: self.chain_ms(chain) for chain in chains}
+        best = min(costs, key=costs.get, default=None)
+        return best if best is not None and costs[best] < self.plain_ms else None
 
 
 class ChainGrowth:
@@ -194,6 +242,7 @@ class ChainGrowth:
         self.base = gamma
         self.longest = max(gamma, longest)
         self.gamma = gamma
+        self.floor = gamma  # the chain after a rejection: the plan's gamma, or the guard's shorter one
         self.grows = verify_ms is None or self._long_chains_pay(verify_ms)
 
     def _long_chains_pay(self, verify_ms: Callable[[int], float]) -> bool:
@@ -213,12 +262,18 @@ class ChainGrowth:
         return self.grows and self.longest > self.base
 
     def start(self) -> None:
-        self.gamma = self.base
+        self.gamma = self.floor = self.base
+
+    def shorten(self, chain: int) -> None:
+        """Rejections return to ``chain`` (the guard's shorter chain, FallbackGuard.shorter_chain) instead of
+        the plan's gamma; a chain accepted whole still doubles, back up to the plan's gamma at least."""
+        self.floor = min(chain, self.base)
+        self.gamma = min(self.gamma, self.floor)
 
     def record(self, drafted: int, committed: int) -> None:
         if drafted <= 0:
             return
         if committed != drafted + 1:
-            self.gamma = self.base
-        elif self.grows:
-            self.gamma = min(2 * self.gamma, self.longest)
+            self.gamma = self.floor
+        else:
+            self.gamma = min(2 * self.gamma, self.longest if self.grows else self.base)

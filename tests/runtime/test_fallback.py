@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.fallback import FIRST_BACKOFF, PLAIN_PROBE, PROBE_ROUNDS, FallbackGuard, GuardSettings
@@ -119,3 +119,97 @@ def test_a_lookup_chain_grows_while_copies_hold_and_the_output_stays_the_targets
     result = fixed.generate(PROMPT, 96, SamplingConfig())  # bench's plan-fixed-chain: under the guard, chains of 2
     assert fixed.growth is None and max(result.committed_per_forward) <= 3
     assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
+
+
+def lookup_round(guard: FallbackGuard, drafted: int, accepted: int, verify_seconds: float, other_seconds: float = 0.0):
+    """One plan round of a lookup that drafted ``drafted`` tokens and had ``accepted`` of them accepted."""
+    guard.record("plan", other_seconds + verify_seconds, accepted + 1, drafted + 1, verify_seconds)
+
+
+LINEAR = lambda n: float(n)  # T(n) = n ms: a verify costs its width
+
+
+def test_the_window_re_costed_at_a_shorter_chain_cuts_each_draft_and_splits_each_long_copy():
+    """Worked by hand: T(n) = n. A 15-token draft rejected at once (16 ms, 1 token) cut at 3 verifies 4
+    tokens: 4 ms. A 15-token copy accepted whole (16 ms, 16 tokens) at 3 takes ceil(16 / 4) = 4 rounds
+    of 4 ms. A round that drafted 2 is below the cut: unchanged. Non-verify seconds (1 ms) are kept."""
+    guard = FallbackGuard(verify_ms=LINEAR)
+    guard.start(chain=15)
+    lookup_round(guard, 15, 0, 0.016, 0.001)
+    lookup_round(guard, 15, 15, 0.016, 0.001)
+    lookup_round(guard, 2, 1, 0.003, 0.001)
+    assert guard.chain_ms(15) == pytest.approx(1000 * (0.017 + 0.017 + 0.004) / 19)
+    assert guard.chain_ms(3) == pytest.approx(1000 * (0.005 + 4 * 0.005 + 0.004) / 19)
+
+
+def test_a_lookup_chain_that_loses_on_false_matches_is_shortened_before_plain_decoding_plays():
+    """Four 15-token drafts rejected at once (16 ms each, one token) against 10 ms plain tokens: the
+    plan loses, but chains of 1 would have cost 2 ms a token: the guard shortens the chain (the
+    cheapest halving) and plays no plain round for it. Without a curve, or with the setting off, it
+    backs off to plain decoding as before."""
+    guard = FallbackGuard(plain_ms=10.0, verify_ms=LINEAR)
+    guard.start(chain=15)
+    for _ in range(PROBE_ROUNDS):
+        lookup_round(guard, 15, 0, 0.016)
+    assert guard.choose() == "plan" and guard.cap == 1 and guard.shortenings == 1 and guard.switches == 0
+    for settings, curve in ((GuardSettings(), None), (GuardSettings(shorter_chains=False), LINEAR)):
+        other = FallbackGuard(settings, plain_ms=10.0, verify_ms=curve)
+        other.start(chain=15)
+        for _ in range(PROBE_ROUNDS):
+            lookup_round(other, 15, 0, 0.016)
+        assert other.choose() == "plain" and other.cap is None and other.switches == 1
+
+
+def test_a_shorter_chain_that_still_loses_backs_off_to_plain_decoding():
+    """Rounds whose cost is not their verify (16 ms of drafting a round) lose at every chain length."""
+    guard = FallbackGuard(plain_ms=10.0, verify_ms=LINEAR)
+    guard.start(chain=15)
+    for _ in range(PROBE_ROUNDS):
+        lookup_round(guard, 15, 0, 0.001, other_seconds=0.015)
+    assert guard.choose() == "plain" and guard.cap == 15 and guard.switches == 1
+    guard.start()  # an engine without a lookup chain: nothing to shorten
+    assert guard.cap is None
+
+
+def test_a_shortened_chain_doubles_back_to_the_plans_gamma_after_whole_accepts():
+    from specplan.runtime.fallback import ChainGrowth
+
+    flat = ChainGrowth(16, verify_ms=lambda n: 5.0 + 4.0 * n)  # too flat to grow past the plan's 16
+    assert not flat.can_grow
+    flat.shorten(2)
+    assert (flat.gamma, flat.floor) == (2, 2)
+    for drafted in (2, 4, 8, 16):
+        flat.record(drafted=drafted, committed=drafted + 1)
+    assert flat.gamma == 16  # back to the plan's gamma, not beyond
+    flat.record(drafted=16, committed=3)
+    assert flat.gamma == 2  # a rejection returns to the shorter chain
+    flat.start()
+    assert (flat.gamma, flat.floor) == (16, 16)  # the next request starts at the plan's
+
+
+class WrongLookup(Drafter):
+    """A lookup that always has a match and is always wrong: ``gamma`` copies of a token the tiny
+    target never emits after these prompts (it runs no model, so its chain may be shortened)."""
+
+    name = "wrong-lookup"
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, committed, gamma, sampling, generator) -> Proposal:
+        return Proposal((3,) * gamma)
+
+
+def test_an_engine_whose_guard_shortens_its_lookup_chain_stays_the_targets():
+    """Chains of 8 that are always rejected, a plan round costing its verify width (T(n) = n) against
+    3 for a plain token: the guard shortens the chain to 1 (2 a round, against 9 at 8) and plays it,
+    no plain round; the output is the target's greedy decoding."""
+    target = tiny_llama("sdpa", seed=0)
+    assert 3 not in reference_greedy(target, PROMPT, 96)
+    guard = FallbackGuard(plain_ms=3000.0, verify_ms=LINEAR,
+                          cost=lambda played, seconds, tokens: 3.0 if played == "plain" else float(engine.stage.gamma + 1))
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=WrongLookup(), gamma=8, guard=guard, verify_ms=LINEAR)
+    result = engine.generate(PROMPT, 96, SamplingConfig())
+    assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
+    assert guard.shortenings == 1 and engine.growth.floor == 1 and result.fallbacks == 0
+    assert max(result.committed_per_forward) == 1 and result.plain_rounds == 0
