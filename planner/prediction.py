@@ -93,8 +93,9 @@ def prediction_line(plan: Plan, profile: Profile, context: int | None = None) ->
     if lengths is None:
         return None
     on = dict(lengths.calibrated_on)
-    line = (f"specplan: a client's prediction drafts {lengths.first} tokens after each alignment, realigned on "
-            f"{lengths.min_match}: {lengths.ms_per_token:.2f} ms/token, {lengths.speedup:.2f}x plain decoding on the "
+    tokens = "token" if lengths.first == 1 else "tokens"
+    line = (f"specplan: a client's prediction drafts {lengths.first} {tokens} after each alignment on {lengths.min_match}: "
+            f"{lengths.ms_per_token:.2f} ms/token, {lengths.speedup:.2f}x plain decoding on the "
             f"{on.get('count', '?')} calibration prompts that carried one")
     first, min_match = rule_for_stages(profile, plan.stages)
     rule = next((ms for ms, c in costed_candidates(profile, context) if (c.first, c.min_match) == (first, min_match)),
