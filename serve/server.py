@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from specplan.core.errors import SpecplanError
 from specplan.core.plan import floor_phrase
+from specplan.runtime.build import prediction_lengths
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.engine import SpeculativeEngine
 from specplan.serve.service import ServeSettings, Service
 
 GRACEFUL_SECONDS = 600  # longest a SIGTERM waits for the requests in flight
@@ -52,8 +54,18 @@ def start_line(service: Service, sock: socket.socket) -> str:
     where = f"[{host}]" if ":" in host else host
     return (f"specplan serve: {plan.summary()} on {service.runner.backend}, model `{service.settings.alias}` at "
             f"http://{where}:{port}/v1; predicted {plan.predicted.tokens_per_s:.1f} tok/s, {floor_phrase(plan)}; "
-            f"{decoding(service.settings.parallel)}, {service.settings.queue_size} more may wait"
-            + (f"; by load: {service.load.describe()}" if service.load is not None else ""))
+            f"{decoding(service.settings.parallel)}, {service.settings.queue_size} more may wait; "
+            f"{prediction_phrase(service)}" + (f"; by load: {service.load.describe()}" if service.load is not None else ""))
+
+
+def prediction_phrase(service: Service) -> str:
+    """How a request's ``prediction`` drafts: its first chain and the match that realigns it, from the plan's
+    ``prediction`` section or the fixed rule (runtime/build.py ``prediction_lengths``)."""
+    runner = service.runner
+    engine = runner.engine if isinstance(runner.engine, SpeculativeEngine) else runner.plain
+    first, min_match = prediction_lengths(engine, runner.plan)
+    source = "planned" if runner.plan.prediction is not None else "the fixed rule"
+    return f"a prediction drafts {first} tokens after each alignment on {min_match} ({source})"
 
 
 def decoding(parallel: int) -> str:

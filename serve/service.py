@@ -14,6 +14,7 @@ from specplan.models.chat import encode_messages
 from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine, fallback_guard
 from specplan.runtime.context import draft_width, model_context
 from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.drafters.prediction import prediction_tokens
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.load_schedule import LoadSchedule, load_choices
 from specplan.api import serving_schedule
@@ -89,8 +90,7 @@ class Service:
             loop: asyncio.AbstractEventLoop) -> Job:
         """The job for a checked request; ServeError 400 when it cannot fit the model's context."""
         prediction = request.prediction_text()
-        prediction_ids = [int(t) for t in self.tokenizer(prediction, add_special_tokens=False)["input_ids"]] \
-            if prediction else None
+        prediction_ids = prediction_tokens(self.tokenizer, prediction) if prediction else None
         width = max(draft_width(self.runner.plan), LONGEST_LOOKUP_CHAIN + 1 if prediction_ids else 0)
         room = self.context - len(prompt_ids) - width
         if room < 1:
@@ -127,7 +127,8 @@ class Service:
         if not job.prediction_ids:
             return engine
         base = engine if isinstance(engine, SpeculativeEngine) else self.runner.plain
-        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guards[id(engine)])
+        return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guards[id(engine)],
+                                       plan=self.runner.plan)
 
     # events -> bodies
 
