@@ -7,7 +7,9 @@ under a plan calibrated on edits: the lookup drafts, the target rejects, every r
 1 + gamma tokens to commit one). The guard keeps two running costs within each request, seconds
 per committed token of the plan's rounds (draft and verify) and of plain rounds (one token each),
 and plays plain decoding while the plan's recent rounds cost more per token than plain ones. Plain
-decoding is measured by a few plain rounds after the plan's first rounds, unless the plan's own
+decoding is measured by the plan's rounds that drafted nothing (a lookup without a match decodes one
+token, as plain decoding does; they are no evidence for or against the plan and stay out of its
+window) and, where there are none yet, by a few plain rounds after the plan's first rounds, unless the plan's own
 verifies, scaled by the profile's T(1) / T(n), show it winning by far (``SURE_WIN``). It returns to the
 plan after a back-off of plain tokens that doubles each time the plan fails again (16, 32, ...,
 256), and probes it for ``PROBE_ROUNDS`` rounds, so a request whose text turns copyable
@@ -131,10 +133,15 @@ class FallbackGuard:
 
     def record(self, played: str, seconds: float, tokens: int, verified: int = 0, verify_seconds: float = 0.0) -> None:
         """What the round ``played`` cost (draft and verify seconds) and committed (bonus included);
-        ``verified`` tokens (root included) took ``verify_seconds`` of it (0: not known)."""
+        ``verified`` tokens (root included) took ``verify_seconds`` of it (0: not known). A plan round that
+        verified its root alone (a lookup with no match) was a plain round: it joins the plain cost, not
+        the plan's window, so a stretch without matches neither counts against the plan nor needs a probe."""
         if self.cost is not None:
             seconds = self.cost(played, seconds, tokens)
             verify_seconds = seconds if verified > 0 else 0.0  # a given cost is all verify
+        if played == "plan" and verified == 1:  # the drafter had nothing: a plain round in all but name
+            self.plain_seconds.append(seconds)  # measures plain decoding, and is no evidence against the plan
+            return
         if played == "plain":
             self.plain_rounds += 1
             self.plain_seconds.append(seconds / max(1, tokens))

@@ -213,3 +213,19 @@ def test_an_engine_whose_guard_shortens_its_lookup_chain_stays_the_targets():
     assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
     assert guard.shortenings == 1 and engine.growth.floor == 1 and result.fallbacks == 0
     assert max(result.committed_per_forward) == 1 and result.plain_rounds == 0
+
+
+def test_rounds_that_drafted_nothing_measure_plain_decoding_and_never_count_against_the_plan():
+    """A lookup without a match verifies its root alone: a one-token decode, whatever its (noisy) cost.
+    Such rounds join the plain cost, so no plain probe plays, and a first round slower than the rest
+    (38 ms against 28, as measured after a prefill) does not send the plan off for 16 plain tokens
+    before its first copy."""
+    guard = FallbackGuard(verify_ms=LINEAR)
+    guard.start(chain=63)
+    for seconds in (0.038, 0.028, 0.028, 0.028, 0.029, 0.028):
+        assert guard.choose() == "plan"
+        guard.record("plan", seconds, 1, 1, seconds)
+    assert guard.plain_ms == pytest.approx(28.0) and len(guard.window) == 0 and guard.plain_rounds == 0
+    for _ in range(PROBE_ROUNDS):
+        lookup_round(guard, 63, 63, 0.340)  # copies: 64 tokens for 340 ms
+    assert guard.choose() == "plan" and guard.plain_rounds == 0 and guard.switches == 0
