@@ -20,6 +20,10 @@ def add_parser(commands) -> None:
                         help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
     parser.add_argument("--no-fallback", action="store_true",
                         help="play the plan every round, even where plain decoding is measured cheaper")
+    parser.add_argument("--prediction-lengths", choices=("rule", "planned"), default="rule",
+                        help="how a request's `prediction` drafts: the fixed rule (default; measured faster on edits) "
+                             "or the plan's planned lengths (`specplan plan` writes them from a profile that replayed "
+                             "predictions)")
     parser.add_argument("--force", action="store_true", help="serve even if the profile's device or model differ")
     parser.add_argument("--log-level", choices=("warning", "info", "debug"), default="warning",
                         help="uvicorn's log level; info adds one line per request (default warning)")
@@ -37,5 +41,5 @@ def command(args) -> int:
     bind(Address(args.host, args.port)).close()  # a taken port fails before the weights load
     runner = Runner.open(args.plan, force=args.force, threads=args.threads, fallback=not args.no_fallback,
                          parallel=args.parallel)
-    settings = ServeSettings(args.alias, args.queue, not args.no_fallback, args.parallel)
+    settings = ServeSettings(args.alias, args.queue, not args.no_fallback, args.parallel, args.prediction_lengths)
     return serve(runner.plan_runner, settings, Address(args.host, args.port), args.log_level)

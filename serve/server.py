@@ -63,8 +63,9 @@ def prediction_phrase(service: Service) -> str:
     ``prediction`` section or the fixed rule (runtime/build.py ``prediction_lengths``)."""
     runner = service.runner
     engine = runner.engine if isinstance(runner.engine, SpeculativeEngine) else runner.plain
-    first, min_match = prediction_lengths(engine, runner.plan)
-    source = "planned" if runner.plan.prediction is not None else "the fixed rule"
+    planned = service.settings.planned_predictions and runner.plan.prediction is not None
+    first, min_match = prediction_lengths(engine, runner.plan if planned else None)
+    source = "planned" if planned else "the fixed rule"
     return f"a prediction drafts {first} tokens after each alignment on {min_match} ({source})"
 
 

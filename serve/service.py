@@ -35,6 +35,13 @@ class ServeSettings:
     queue_size: int = 16
     fallback: bool = True
     parallel: int = 1  # requests decoded together (their rounds share each forward; runtime/llama_cpp_shared.py)
+    # a prediction's lengths: the fixed rule (measured faster on the pair's edits, docs/planner-math.md section
+    # 12.6), or the plan's ``prediction`` section where it has one ("planned")
+    prediction_lengths: str = "rule"
+
+    @property
+    def planned_predictions(self) -> bool:
+        return self.prediction_lengths == "planned"
 
 
 class Service:
@@ -128,7 +135,7 @@ class Service:
             return engine
         base = engine if isinstance(engine, SpeculativeEngine) else self.runner.plain
         return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guards[id(engine)],
-                                       plan=self.runner.plan)
+                                       plan=self.runner.plan if self.settings.planned_predictions else None)
 
     # events -> bodies
 

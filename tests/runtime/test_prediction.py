@@ -157,3 +157,23 @@ def test_the_plans_prediction_section_sets_the_lengths_over_the_rule():
     engine = build_prediction_engine(lookup, [10, 11, 12], 2, plan=planned)
     assert (engine.drafter.first, engine.drafter.min_match) == (4, 3)
     assert (build_prediction_engine(lookup, [10, 11, 12], 2).drafter.first) == 40
+
+
+def test_serve_plays_the_fixed_rule_unless_told_to_play_the_planned_lengths():
+    """serve's default is the rule, measured faster than the planned lengths on the pair's edits
+    (docs/planner-math.md section 12.6); ``--prediction-lengths planned`` plays the plan's section."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from specplan.core.prediction import PredictionLengths
+    from specplan.serve.server import prediction_phrase
+    from specplan.serve.service import ServeSettings
+    from tests.core.test_formats import make_plan
+
+    target = tiny_llama("sdpa", seed=0)
+    lookup = SpeculativeEngine(target, CPU, set(), NgramDrafter(12, 6), gamma=40)
+    planned = replace(make_plan(), prediction=PredictionLengths(4, 3, 2.0, 500.0, 5.0, 3.0))
+    runner = SimpleNamespace(engine=lookup, plain=lookup, plan=planned)
+    phrase = lambda settings: prediction_phrase(SimpleNamespace(runner=runner, settings=settings))
+    assert phrase(ServeSettings()) == "a prediction drafts 40 tokens after each alignment on 6 (the fixed rule)"
+    assert phrase(ServeSettings(prediction_lengths="planned")) == "a prediction drafts 4 tokens after each alignment on 3 (planned)"
