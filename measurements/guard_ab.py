@@ -1,0 +1,63 @@
+"""The fallback guard's variants in one interleaved run (runtime/fallback.py, docs/planner-math.md
+section 12.5): the same plan under the guard as it is (``shorter``), without shorter chains
+(``backoff-only``), unguarded, and plain decoding, each prompt decoded by all four in a rotating
+order; per method the pooled decode-and-prefill rate against plain decoding with its 95% interval
+over prompts (resampled), target forwards and outputs identical to plain decoding.
+
+    .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json
+
+Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
+Run it on a quiet machine (nothing else timed or tested beside it)."""
+import json, random, statistics, sys
+from specplan.api import Runner
+from specplan.core.prompts import stratified
+from specplan.core.workloads import workload_split
+from specplan.models.chat import encode_messages
+from specplan.runtime import build
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.fallback import FallbackGuard, GuardSettings
+
+plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+runner = Runner.open(plan_path, threads=2).plan_runner
+tok = runner.target.tokenizer
+shared = runner.plain.target
+engines = {"plain": runner.plain}
+variants = {"shorter": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
+            "unguarded": GuardSettings(enabled=False)}
+for name, settings in variants.items():
+    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
+                                fallback=settings.enabled)
+    if engine.guard is not None:
+        engine.guard = FallbackGuard(settings, verify_ms=engine.guard.verify_ms)
+    engines[name] = engine
+prompts = stratified(workload_split(workload, "evaluation"), n)
+sampling = SamplingConfig()
+names = list(engines)
+rows = []
+warm = encode_messages(tok, [{"role": "user", "content": prompts[0].text}])
+for e in engines.values():
+    e.generate(warm, 8, sampling)
+for i, p in enumerate(prompts):
+    ids = encode_messages(tok, [{"role": "user", "content": p.text}])
+    order = names[i % len(names):] + names[:i % len(names)]
+    res = {}
+    for name in order:
+        r = engines[name].generate(ids, 128, sampling)
+        guard = engines[name].guard
+        res[name] = (len(r.token_ids), r.seconds, len(r.committed_per_forward), r.plain_rounds,
+                     guard.shortenings if guard else 0, None, list(r.token_ids))
+    rows.append({"prompt": p.prompt_id, "category": p.category, **{k: v[:5] for k, v in res.items()},
+                 "identical": {k: res[k][6] == res["plain"][6] for k in names}})
+    print(i, p.prompt_id, {k: (round(v[1], 2), v[2], v[3], v[4]) for k, v in res.items()}, flush=True)
+json.dump(rows, open(out, "w"))
+for k in names:
+    tokens = sum(r[k][0] for r in rows); seconds = sum(r[k][1] for r in rows)
+    boot, rng = [], random.Random(0)
+    for _ in range(2000):
+        sample = [rng.choice(rows) for _ in rows]
+        boot.append((sum(r[k][0] for r in sample) / sum(r[k][1] for r in sample)) /
+                    (sum(r["plain"][0] for r in sample) / sum(r["plain"][1] for r in sample)))
+    boot.sort()
+    plain_rate = sum(r["plain"][0] for r in rows) / sum(r["plain"][1] for r in rows)
+    print(f"{k:14s} {tokens / seconds:6.2f} tok/s  {tokens / seconds / plain_rate:.3f}x plain  95% [{boot[50]:.3f}, {boot[1950]:.3f}]"
+          f"  forwards {sum(r[k][2] for r in rows)}  identical {sum(r['identical'][k] for r in rows)}/{len(rows)}")
