@@ -4,7 +4,10 @@ section 12.5): the same plan under the guard as it is (``shorter``), without sho
 order; per method the pooled decode-and-prefill rate against plain decoding with its 95% interval
 over prompts (resampled), target forwards and outputs identical to plain decoding.
 
-    .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json
+    .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json [VARIANT,...]
+
+VARIANT: shorter, backoff-only, count-empty (rounds without a draft count towards the first
+judgement), unguarded; default shorter,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
 Run it on a quiet machine (nothing else timed or tested beside it)."""
@@ -22,9 +25,11 @@ runner = Runner.open(plan_path, threads=2).plan_runner
 tok = runner.target.tokenizer
 shared = runner.plain.target
 engines = {"plain": runner.plain}
-variants = {"shorter": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
-            "unguarded": GuardSettings(enabled=False)}
-for name, settings in variants.items():
+VARIANTS = {"shorter": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
+            "count-empty": GuardSettings(count_empty_rounds=True), "unguarded": GuardSettings(enabled=False)}
+chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["shorter", "backoff-only", "unguarded"]
+for name in chosen:
+    settings = VARIANTS[name]
     engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
                                 fallback=settings.enabled)
     if engine.guard is not None:

@@ -57,6 +57,8 @@ class GuardSettings:
 
     enabled: bool = True
     shorter_chains: bool = True  # a losing lookup chain is first shortened, where that is estimated to pay
+    # rounds that drafted nothing count towards the ``probe_rounds`` a judgement waits for (never in the cost)
+    count_empty_rounds: bool = False
     probe_rounds: int = PROBE_ROUNDS
     window_rounds: int = WINDOW_ROUNDS
     first_backoff: int = FIRST_BACKOFF
@@ -105,6 +107,7 @@ class FallbackGuard:
             self.plain_seconds.append(self.prior_seconds)
         # the plan's recent rounds: (seconds, tokens committed, tokens drafted, verify seconds)
         self.window: deque[tuple[float, int, int, float]] = deque(maxlen=self.settings.window_rounds)
+        self.empty_rounds = 0  # plan rounds that drafted nothing since the window last restarted
         self.estimates: deque[float] = deque(maxlen=self.settings.window_rounds)  # plain s/token, from plan verifies
         self.backoff = self.settings.first_backoff
         self.plain_tokens_left = 0
@@ -121,8 +124,11 @@ class FallbackGuard:
 
     @property
     def plan_ms(self) -> float | None:
-        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played."""
-        if len(self.window) < self.settings.probe_rounds:
+        """ms per token of the plan's recent rounds, once ``probe_rounds`` of them were played (with
+        ``count_empty_rounds``, rounds that drafted nothing count towards them, and one drafting round
+        suffices)."""
+        played = len(self.window) + (self.empty_rounds if self.settings.count_empty_rounds else 0)
+        if not self.window or played < self.settings.probe_rounds:
             return None
         return 1000.0 * sum(row[0] for row in self.window) / max(1, sum(row[1] for row in self.window))
 
@@ -141,6 +147,7 @@ class FallbackGuard:
             verify_seconds = seconds if verified > 0 else 0.0  # a given cost is all verify
         if played == "plan" and verified == 1:  # the drafter had nothing: a plain round in all but name
             self.plain_seconds.append(seconds)  # measures plain decoding, and is no evidence against the plan
+            self.empty_rounds += 1
             return
         if played == "plain":
             self.plain_rounds += 1
@@ -174,10 +181,12 @@ class FallbackGuard:
                 self.cap = shorter
                 self.shortenings += 1
                 self.window.clear()  # probed afresh at the new length
+                self.empty_rounds = 0
                 return
             self.plain_tokens_left = self.backoff
             self.backoff = min(2 * self.backoff, self.settings.last_backoff)
             self.window.clear()  # the plan is probed afresh after the back-off
+            self.empty_rounds = 0
             self.switches += 1
         elif len(self.window) == self.settings.window_rounds:
             self.backoff = self.settings.first_backoff  # a whole window paid: the next loss backs off briefly

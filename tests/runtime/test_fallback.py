@@ -229,3 +229,19 @@ def test_rounds_that_drafted_nothing_measure_plain_decoding_and_never_count_agai
     for _ in range(PROBE_ROUNDS):
         lookup_round(guard, 63, 63, 0.340)  # copies: 64 tokens for 340 ms
     assert guard.choose() == "plan" and guard.plain_rounds == 0 and guard.switches == 0
+
+
+def test_counting_empty_rounds_judges_one_dear_draft_after_rounds_without_a_match():
+    """Three rounds without a match, then one 63-token verify that commits a token (340 ms against 28):
+    counted towards the first judgement, the guard judges at once (no shorter chain beats a plain token:
+    at 1 it would still have cost 32 ms for one, so plain decoding plays); by default it waits for four
+    drafting rounds."""
+    curve = lambda n: 27.0 + 5.0 * (n - 1)  # T(64) 12 T(1), as the pair on the home EPYC
+    for count, judged in ((True, True), (False, False)):
+        guard = FallbackGuard(GuardSettings(count_empty_rounds=count), verify_ms=curve)
+        guard.start(chain=63)
+        for _ in range(3):
+            guard.record("plan", 0.028, 1, 1, 0.028)
+        lookup_round(guard, 63, 0, 0.340)
+        assert guard.switches == (1 if judged else 0) and guard.shortenings == 0
+        assert guard.choose() == ("plain" if judged else "plan") and len(guard.window) == (0 if judged else 1)
