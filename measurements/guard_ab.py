@@ -11,7 +11,7 @@ judgement), unguarded; default shorter,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
 Run it on a quiet machine (nothing else timed or tested beside it)."""
-import json, random, statistics, sys
+import json, random, sys
 from specplan.api import Runner
 from specplan.core.prompts import stratified
 from specplan.core.workloads import workload_split
