@@ -1,13 +1,14 @@
 """The fallback guard's variants in one interleaved run (runtime/fallback.py, docs/planner-math.md
-section 12.5): the same plan under the guard as it is (``shorter``), without shorter chains
-(``backoff-only``), unguarded, and plain decoding, each prompt decoded by all four in a rotating
+section 12.5): the same plan under the guard's variants (VARIANT below) and plain decoding, each
+prompt decoded by all of them in a rotating
 order; per method the pooled decode-and-prefill rate against plain decoding with its 95% interval
 over prompts (resampled), target forwards and outputs identical to plain decoding.
 
     .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json [VARIANT,...]
 
-VARIANT: shorter, backoff-only, count-empty (rounds without a draft count towards the first
-judgement), unguarded; default shorter,backoff-only,unguarded.
+VARIANT: guard (the default guard), backoff-only (no shorter chains), empty-not-counted (rounds
+without a draft do not count towards the first judgement), unguarded; default
+guard,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
 Run it on a quiet machine (nothing else timed or tested beside it)."""
@@ -25,9 +26,9 @@ runner = Runner.open(plan_path, threads=2).plan_runner
 tok = runner.target.tokenizer
 shared = runner.plain.target
 engines = {"plain": runner.plain}
-VARIANTS = {"shorter": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
-            "count-empty": GuardSettings(count_empty_rounds=True), "unguarded": GuardSettings(enabled=False)}
-chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["shorter", "backoff-only", "unguarded"]
+VARIANTS = {"guard": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
+            "empty-not-counted": GuardSettings(count_empty_rounds=False), "unguarded": GuardSettings(enabled=False)}
+chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["guard", "backoff-only", "unguarded"]
 for name in chosen:
     settings = VARIANTS[name]
     engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,

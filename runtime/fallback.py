@@ -9,7 +9,8 @@ per committed token of the plan's rounds (draft and verify) and of plain rounds 
 and plays plain decoding while the plan's recent rounds cost more per token than plain ones. Plain
 decoding is measured by the plan's rounds that drafted nothing (a lookup without a match decodes one
 token, as plain decoding does; they are no evidence for or against the plan and stay out of its
-window) and, where there are none yet, by a few plain rounds after the plan's first rounds, unless the plan's own
+window, though they count towards the rounds its first judgement waits for) and, where there are none
+yet, by a few plain rounds after the plan's first rounds, unless the plan's own
 verifies, scaled by the profile's T(1) / T(n), show it winning by far (``SURE_WIN``). It returns to the
 plan after a back-off of plain tokens that doubles each time the plan fails again (16, 32, ...,
 256), and probes it for ``PROBE_ROUNDS`` rounds, so a request whose text turns copyable
@@ -58,7 +59,7 @@ class GuardSettings:
     enabled: bool = True
     shorter_chains: bool = True  # a losing lookup chain is first shortened, where that is estimated to pay
     # rounds that drafted nothing count towards the ``probe_rounds`` a judgement waits for (never in the cost)
-    count_empty_rounds: bool = False
+    count_empty_rounds: bool = True
     probe_rounds: int = PROBE_ROUNDS
     window_rounds: int = WINDOW_ROUNDS
     first_backoff: int = FIRST_BACKOFF
