@@ -4,7 +4,7 @@ prompt decoded by all of them in a rotating
 order; per method the pooled decode-and-prefill rate against plain decoding with its 95% interval
 over prompts (resampled), target forwards and outputs identical to plain decoding.
 
-    .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json [VARIANT,...]
+    [THREADS=2] .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json [VARIANT,...]
 
 VARIANT: guard (the default guard), backoff-only (no shorter chains), empty-not-counted (rounds
 without a draft do not count towards the first judgement), unguarded; default
@@ -12,7 +12,7 @@ guard,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
 Run it on a quiet machine (nothing else timed or tested beside it)."""
-import json, random, sys
+import json, os, random, sys
 from specplan.api import Runner
 from specplan.core.prompts import stratified
 from specplan.core.workloads import workload_split
@@ -22,7 +22,8 @@ from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.fallback import FallbackGuard, GuardSettings
 
 plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-runner = Runner.open(plan_path, threads=2).plan_runner
+threads = int(os.environ.get("THREADS", "2"))  # llama.cpp's CPU threads
+runner = Runner.open(plan_path, threads=threads).plan_runner
 tok = runner.target.tokenizer
 shared = runner.plain.target
 engines = {"plain": runner.plain}
