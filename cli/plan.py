@@ -73,8 +73,8 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
     if isinstance(plan.solver, dict) and plan.solver.get("plain_reason"):
         print(f"specplan: {plan.solver['plain_reason']}")  # the one-line reason a plan is plain decoding
     line = prediction_line(plan, profile)
-    if line is not None:
-        print(line)  # a client's prediction: its planned lengths against the fixed rule's (section 12.6)
+    if line is not None:  # a client's prediction: its planned lengths against the fixed rule's (section 12.6)
+        print(line + "; `serve` plays the fixed rule unless given `--prediction-lengths planned`")
     spread = prompt_spread_of(plan)
     if spread is not None and spread[0] < 1.0:
         print(f"specplan: on the least favourable draws of the calibration prompts the plan is {spread[0]:.2f}x the "
