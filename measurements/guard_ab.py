@@ -52,9 +52,9 @@ for i, p in enumerate(prompts):
         r = engines[name].generate(ids, 128, sampling)
         guard = engines[name].guard
         res[name] = (len(r.token_ids), r.seconds, len(r.committed_per_forward), r.plain_rounds,
-                     guard.shortenings if guard else 0, None, list(r.token_ids))
+                     guard.shortenings if guard else 0, list(r.token_ids))
     rows.append({"prompt": p.prompt_id, "category": p.category, **{k: v[:5] for k, v in res.items()},
-                 "identical": {k: res[k][6] == res["plain"][6] for k in names}})
+                 "identical": {k: res[k][5] == res["plain"][5] for k in names}})
     print(i, p.prompt_id, {k: (round(v[1], 2), v[2], v[3], v[4]) for k, v in res.items()}, flush=True)
 json.dump(rows, open(out, "w"))
 for k in names:

@@ -128,9 +128,9 @@ class SpeculativeEngine:
         while text.remaining > 0 and not text.done:
             played, gamma = self._next_round()
             stage = self.stage if played == "plan" else self._plain()
-            if played == "plan" and growth is not None and guard.cap is not None and guard.cap < growth.floor:
-                growth.shorten(guard.cap)
             if played == "plan":
+                if growth is not None and guard.cap is not None and guard.cap < growth.floor:
+                    growth.shorten(guard.cap)  # the guard's shorter chain (runtime/fallback.py)
                 stage.gamma = gamma if gamma is not None else growth.gamma if growth is not None else self.gamma
             result = stage.play(text.context, text.remaining, sampling, generator)
             stats.add(result)

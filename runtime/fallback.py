@@ -181,17 +181,18 @@ class FallbackGuard:
             if shorter is not None:  # a shorter chain beats plain decoding on the window's own rounds
                 self.cap = shorter
                 self.shortenings += 1
-                self.window.clear()  # probed afresh at the new length
-                self.empty_rounds = 0
+                self._restart_window()  # probed afresh at the new length
                 return
             self.plain_tokens_left = self.backoff
             self.backoff = min(2 * self.backoff, self.settings.last_backoff)
-            self.window.clear()  # the plan is probed afresh after the back-off
-            self.empty_rounds = 0
+            self._restart_window()  # the plan is probed afresh after the back-off
             self.switches += 1
         elif len(self.window) == self.settings.window_rounds:
             self.backoff = self.settings.first_backoff  # a whole window paid: the next loss backs off briefly
 
+    def _restart_window(self) -> None:
+        self.window.clear()
+        self.empty_rounds = 0
 
     def chain_ms(self, chain: int) -> float:
         """ms per committed token the window's rounds would have cost with drafts cut at ``chain`` tokens

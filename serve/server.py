@@ -15,7 +15,7 @@ from specplan.core.plan import floor_phrase
 from specplan.runtime.build import prediction_lengths
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.serve.service import ServeSettings, Service
+from specplan.serve.service import ServeSettings, Service, prediction_plan
 
 GRACEFUL_SECONDS = 600  # longest a SIGTERM waits for the requests in flight
 
@@ -63,9 +63,9 @@ def prediction_phrase(service: Service) -> str:
     ``prediction`` section or the fixed rule (runtime/build.py ``prediction_lengths``)."""
     runner = service.runner
     engine = runner.engine if isinstance(runner.engine, SpeculativeEngine) else runner.plain
-    planned = service.settings.planned_predictions and runner.plan.prediction is not None
-    first, min_match = prediction_lengths(engine, runner.plan if planned else None)
-    source = "planned" if planned else "the fixed rule"
+    plan = prediction_plan(runner.plan, service.settings)
+    first, min_match = prediction_lengths(engine, plan)
+    source = "planned" if plan is not None else "the fixed rule"
     return f"a prediction drafts {first} tokens after each alignment on {min_match} ({source})"
 
 

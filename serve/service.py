@@ -44,6 +44,12 @@ class ServeSettings:
         return self.prediction_lengths == "planned"
 
 
+def prediction_plan(plan, settings: ServeSettings):
+    """The plan whose ``prediction`` section sets a request's prediction lengths, or None: the fixed rule
+    (``--prediction-lengths``; runtime/build.py ``prediction_lengths``)."""
+    return plan if settings.planned_predictions and plan.prediction is not None else None
+
+
 class Service:
     """The opened plan (``runner``, a PlanRunner) behind the endpoints, and its decoding worker."""
 
@@ -135,7 +141,7 @@ class Service:
             return engine
         base = engine if isinstance(engine, SpeculativeEngine) else self.runner.plain
         return build_prediction_engine(base, job.prediction_ids, len(job.prompt_ids), guard=self.guards[id(engine)],
-                                       plan=self.runner.plan if self.settings.planned_predictions else None)
+                                       plan=prediction_plan(self.runner.plan, self.settings))
 
     # events -> bodies
 
