@@ -7,7 +7,8 @@ over prompts (resampled), target forwards and outputs identical to plain decodin
     [THREADS=2] .venv/bin/python measurements/guard_ab.py PLAN WORKLOAD PROMPTS OUT.json [VARIANT,...]
 
 VARIANT: guard (the default guard), backoff-only (no shorter chains), empty-not-counted (rounds
-without a draft do not count towards the first judgement), unguarded; default
+without a draft do not count towards the first judgement), full-first-chain (the default guard, a fresh
+match drafting the plan's gamma instead of ChainGrowth's first chain), unguarded; default
 guard,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
@@ -19,7 +20,7 @@ from specplan.core.workloads import workload_split
 from specplan.models.chat import encode_messages
 from specplan.runtime import build
 from specplan.runtime.drafters.base import SamplingConfig
-from specplan.runtime.fallback import FallbackGuard, GuardSettings
+from specplan.runtime.fallback import ChainGrowth, FallbackGuard, GuardSettings
 
 plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 threads = int(os.environ.get("THREADS", "2"))  # llama.cpp's CPU threads
@@ -28,7 +29,8 @@ tok = runner.target.tokenizer
 shared = runner.plain.target
 engines = {"plain": runner.plain}
 VARIANTS = {"guard": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
-            "empty-not-counted": GuardSettings(count_empty_rounds=False), "unguarded": GuardSettings(enabled=False)}
+            "empty-not-counted": GuardSettings(count_empty_rounds=False), "unguarded": GuardSettings(enabled=False),
+            "full-first-chain": GuardSettings()}
 chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["guard", "backoff-only", "unguarded"]
 for name in chosen:
     settings = VARIANTS[name]
@@ -36,6 +38,9 @@ for name in chosen:
                                 fallback=settings.enabled)
     if engine.guard is not None:
         engine.guard = FallbackGuard(settings, verify_ms=engine.guard.verify_ms)
+    if name == "full-first-chain" and engine.growth is not None:
+        growth = engine.growth
+        engine.growth = ChainGrowth(growth.base, verify_ms=engine.guard.verify_ms, first=growth.base)
     engines[name] = engine
 prompts = stratified(workload_split(workload, "evaluation"), n)
 sampling = SamplingConfig()

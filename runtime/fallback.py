@@ -45,6 +45,12 @@ PLAIN_PROBE = 3  # plain rounds that measure plain decoding in each request (thr
 # chain's (ChainGrowth). Set between the two models measured (docs/results.md, "Never slower than
 # llama.cpp"): 0.43-0.52 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
 GROWTH_GAIN = 0.6
+# A fresh match's first chain (ChainGrowth.first) verifies in at most this many plain tokens' time, so that a
+# coincidental match costs at most about five plain tokens; replayed over the pair's greedy answers on the home
+# EPYC's T(n) (measurements/first_chain.py, docs/planner-math.md section 12.5), first chains from 7 to 31 tokens
+# all took Spec-Bench from 0.956x to 0.97-0.99x of plain decoding, and the one this gives (15) lost least on
+# HumanEval (2.46x against 2.57x) and gained on humaneval-edit (2.03x against 2.02x).
+FIRST_CHAIN_PLAIN_TOKENS = 6
 # No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
 # plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):
 # an aligned prediction or copy commits tens of tokens a round, and a plain round then only costs. Half,
@@ -225,9 +231,24 @@ class FallbackGuard:
         return best if best is not None and costs[best] < self.plain_ms else None
 
 
+def first_chain(gamma: int, verify_ms: Callable[[int], float]) -> int:
+    """The first chain of a fresh match (docs/planner-math.md section 12.5): of the chains up to ``gamma`` whose
+    verify costs at most ``FIRST_CHAIN_PLAIN_TOKENS`` plain tokens, T(c + 1) <= 6 T(1), the one that verifies
+    a token most cheaply, T(c + 1) / (c + 1) least (the longer on a tie). A coincidental match then costs at
+    most T(c + 1) - T(1); a real copy pays one such chain before the plan's gamma.
+
+    >>> epyc = lambda n: {1: 26.6, 12: 150.5, 16: 147.8, 24: 210.8, 64: 333.5}.get(n, 26.6 + 12.0 * (n - 1))
+    >>> first_chain(63, epyc), first_chain(7, epyc), first_chain(63, lambda n: 10.0 * n)
+    (15, 7, 5)
+    """
+    budget = FIRST_CHAIN_PLAIN_TOKENS * verify_ms(1)
+    chains = [chain for chain in range(1, gamma + 1) if verify_ms(chain + 1) <= budget] or [1]
+    return min(chains, key=lambda chain: (verify_ms(chain + 1) / (chain + 1), -chain))
+
+
 class ChainGrowth:
     """A lookup's chain doubles after a round that accepted its whole draft, up to
-    ``LONGEST_LOOKUP_CHAIN``, and returns to the plan's gamma after a round that rejected a token
+    ``LONGEST_LOOKUP_CHAIN``, and returns to a fresh match's first chain after a round that rejected a token
     (docs/planner-math.md section 12.5; a dynamic draft length as in DISCO, arXiv 2405.04304, and
     transformers' "heuristic" schedule, here doubling because a copy, once it holds, tends to hold for
     a whole span). A round that drafted nothing (no match) changes nothing. Only for drafters that
@@ -253,13 +274,29 @@ class ChainGrowth:
     >>> dip = lambda n: 0.4 * n if n == 64 else 1.0 * n  # flat, but for one fast width at the longest chain
     >>> ChainGrowth(2, verify_ms=dip).can_grow, ChainGrowth(2, verify_ms=lambda n: 20.0 + n).can_grow
     (False, True)
+
+    With ``verify_ms`` a fresh match (the request's first, or the first after a rejection) drafts
+    :func:`first_chain` tokens, and a first chain accepted whole goes straight to the plan's gamma: a
+    lookup's copies are long where copying pays (46 tokens a match on HumanEval) and a few tokens on chat
+    (3.6 on Spec-Bench, where a 63-token chain costs 12 plain tokens' verify to commit 4.6).
+
+    >>> copy = ChainGrowth(63, verify_ms=lambda n: 20.0 + 2.0 * n)  # T(c + 1) <= 6 T(1) up to c = 55
+    >>> copy.gamma
+    55
+    >>> copy.record(drafted=55, committed=56); copy.gamma
+    63
+    >>> copy.record(drafted=63, committed=9); copy.gamma
+    55
     """
 
     def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN,
-                 verify_ms: Callable[[int], float] | None = None):
+                 verify_ms: Callable[[int], float] | None = None, first: int | None = None):
         self.base = gamma
         self.longest = max(gamma, longest)
-        self.gamma = gamma
+        # a fresh match's chain: ``first``, else first_chain from the profile's T(n), else the plan's gamma
+        self.first = min(gamma, first if first is not None else
+                         first_chain(gamma, verify_ms) if verify_ms is not None else gamma)
+        self.gamma = self.first
         self.floor = gamma  # the chain after a rejection: the plan's gamma, or the guard's shorter one
         self.grows = verify_ms is None or self._long_chains_pay(verify_ms)
 
@@ -280,7 +317,8 @@ class ChainGrowth:
         return self.grows and self.longest > self.base
 
     def start(self) -> None:
-        self.gamma = self.floor = self.base
+        self.floor = self.base
+        self.gamma = self.first
 
     def shorten(self, chain: int) -> None:
         """Rejections return to ``chain`` (the guard's shorter chain, FallbackGuard.shorter_chain) instead of
@@ -292,6 +330,8 @@ class ChainGrowth:
         if drafted <= 0:
             return
         if committed != drafted + 1:
-            self.gamma = self.floor
+            self.gamma = min(self.first, self.floor)  # the next match is a fresh one
+        elif self.gamma < self.base and self.floor == self.base:
+            self.gamma = self.base  # a fresh match's first chain held: a copy, drafted at the plan's gamma
         else:
             self.gamma = min(2 * self.gamma, self.longest if self.grows else self.base)

@@ -174,7 +174,7 @@ def test_a_shorter_chain_that_still_loses_backs_off_to_plain_decoding():
 def test_a_shortened_chain_doubles_back_to_the_plans_gamma_after_whole_accepts():
     from specplan.runtime.fallback import ChainGrowth
 
-    flat = ChainGrowth(16, verify_ms=lambda n: 5.0 + 4.0 * n)  # too flat to grow past the plan's 16
+    flat = ChainGrowth(16, verify_ms=lambda n: 5.0 + 4.0 * n, first=16)  # too flat to grow past the plan's 16
     assert not flat.can_grow
     flat.shorten(2)
     assert (flat.gamma, flat.floor) == (2, 2)
@@ -185,6 +185,51 @@ def test_a_shortened_chain_doubles_back_to_the_plans_gamma_after_whole_accepts()
     assert flat.gamma == 2  # a rejection returns to the shorter chain
     flat.start()
     assert (flat.gamma, flat.floor) == (16, 16)  # the next request starts at the plan's
+
+
+EPYC_PAIR = lambda n: 26.6 if n == 1 else 147.8 if n == 16 else 333.5 if n == 64 else 26.6 + 12.0 * (n - 1)
+
+
+def test_a_fresh_match_drafts_the_first_chain_and_a_copy_goes_on_at_the_plans_gamma():
+    """On the pair's curve (T(16) 5.6 T(1), cheaper per token than any shorter chain) a fresh match drafts 15
+    tokens; a first chain accepted whole is a copy, drafted on at 63; a rejection starts the next match at 15
+    again, a round without a match changes nothing, and a guard's shorter chain below 15 wins."""
+    from specplan.runtime.fallback import ChainGrowth, first_chain
+
+    assert first_chain(63, EPYC_PAIR) == 15 and first_chain(7, EPYC_PAIR) == 7
+    growth = ChainGrowth(63, verify_ms=EPYC_PAIR)
+    assert (growth.first, growth.gamma) == (15, 15)
+    growth.record(drafted=0, committed=1)
+    assert growth.gamma == 15
+    growth.record(drafted=15, committed=16)
+    assert growth.gamma == 63
+    growth.record(drafted=63, committed=64)
+    assert growth.gamma == 63
+    growth.record(drafted=63, committed=4)
+    assert growth.gamma == 15
+    growth.shorten(4)
+    growth.record(drafted=4, committed=2)
+    assert growth.gamma == 4
+    growth.start()
+    assert (growth.gamma, growth.floor) == (15, 63)
+    assert ChainGrowth(63).gamma == 63 and ChainGrowth(63, verify_ms=EPYC_PAIR, first=63).gamma == 63
+
+
+def test_an_engine_drafts_a_fresh_matchs_first_chain_then_the_copy_and_stays_the_targets():
+    """A tiny random model soon repeats itself: the first round that drafts verifies the first chain
+    (LINEAR: T(c + 1) <= 6 T(1) up to c = 5), and a whole accept lets the next round draft the plan's 12."""
+    from specplan.runtime.drafters.ngram import NgramDrafter
+
+    target = tiny_llama("sdpa", seed=0)
+    guard = FallbackGuard(plain_ms=1000.0, cost=lambda played, seconds, tokens: 1.0 if played == "plain" else 0.5)
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=12, guard=guard,
+                               verify_ms=LINEAR)
+    result = engine.generate(PROMPT, 96, SamplingConfig())
+    assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
+    committed = result.committed_per_forward
+    assert engine.growth.first == 5 and max(committed) > 6
+    longer = next(index for index, count in enumerate(committed) if count > 6)
+    assert committed[longer - 1] == 6  # a longer chain only after a first chain of 5 accepted whole
 
 
 class WrongLookup(Drafter):
