@@ -46,10 +46,10 @@ PLAIN_PROBE = 3  # plain rounds that measure plain decoding in each request (thr
 # llama.cpp"): 0.43-0.52 on the 1.5B, where growth paid, 0.78-0.81 on SmolLM2, where it lost.
 GROWTH_GAIN = 0.6
 # A fresh match's first chain (ChainGrowth.first) verifies in at most this many plain tokens' time, so that a
-# coincidental match costs at most about five plain tokens; replayed over the pair's greedy answers on the home
-# EPYC's T(n) (measurements/first_chain.py, docs/planner-math.md section 12.5), first chains from 7 to 31 tokens
-# all took Spec-Bench from 0.956x to 0.97-0.99x of plain decoding, and the one this gives (15) lost least on
-# HumanEval (2.46x against 2.57x) and gained on humaneval-edit (2.03x against 2.02x).
+# coincidental match costs about five plain tokens instead of twelve. Replayed over the pair's greedy answers on
+# the home EPYC's T(n) (measurements/first_chain.py, docs/planner-math.md section 12.5), the chain this gives
+# (16) took Spec-Bench from 0.940x to 0.977x of plain decoding, cost HumanEval 4% (2.36x against 2.46x) and
+# left humaneval-edit as it was (2.09x against 2.08x).
 FIRST_CHAIN_PLAIN_TOKENS = 6
 # No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
 # plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):
