@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from specplan.core.backends import traits
 from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, PlanError
 from specplan.core.plan import Plan
@@ -151,7 +152,7 @@ def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.dev
     if spec.kind == "head":
         return HeadDrafter(spec.id, network if network is not None else _head_network(spec, target, device), device)
     if spec.kind in ("layerskip", "model"):
-        if not spec.grows_trees_on(target.backend):
+        if not traits(target.backend).grows_trees(spec.kind):
             raise DrafterSpecError(f"drafter {spec.source!r} grows trees on the torch backend only; on llama.cpp plan "
                                    "its stage as a sequence, or grow the tree from ngram:N, recycle or cache")
         return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device,
