@@ -26,7 +26,7 @@ from specplan.core.errors import SpecplanError
 from specplan.planner.latency import interpolate, nearest_curve
 from specplan.core.prompts import Prompt
 from specplan.runtime import build
-from specplan.runtime.runner import wide_verify_width
+from specplan.runtime.backends import torch_backend
 from specplan.runtime.compile.warmup import compile_buckets
 from specplan.planner.horizon import plan_horizon
 from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
@@ -79,7 +79,7 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
     if "plan-fixed-chain" in settings.baselines:
         methods += _fixed_chain(runner, sampling, notes)
     methods += other_plans(runner, settings.also, sampling)
-    if runner.backend == "llama.cpp":
+    if not runner.runtime_backend.runs_transformers_weights:
         return methods + llama_cpp_backend_peers(runner, settings, sampling, notes)
     if "plain-runtime" in settings.baselines:
         methods.append(EngineMethod("plain-runtime", "plain", runner.plain, sampling, "specplan's runtime, the target alone"))
@@ -93,8 +93,8 @@ def build_methods(runner, settings: BenchSettings, sampling: SamplingConfig, cos
 def _variant(runner, sampling: SamplingConfig, name: str, what: str, **options) -> list[Method]:
     """The plan built again with ``options`` for ``build.build_engine`` (on the plan's own target
     session where one llama.cpp context must serve every method) as the method ``name``."""
-    shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
-    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime, shared,
+    engine = build.build_engine(runner.plan, runner.profile, runner.target, runner.device, runner.runtime,
+                                runner.shared_session,  # one llama.cpp context
                                 **options)
     return [EngineMethod(name, "plan", engine, sampling, f"{runner.plan.summary()}, {what}")]
 
@@ -126,9 +126,7 @@ def other_plans(runner, also: Sequence[tuple], sampling: SamplingConfig) -> list
     weights are the run's (``core/contract.py`` ``check_comparable``, before any model loads)."""
     methods: list[Method] = []
     for name, plan, profile in also:
-        target = runner.target
-        if runner.backend == "llama.cpp":
-            target = replace(target, wide_from=wide_verify_width(plan, profile))
+        target = runner.runtime_backend.for_plan(runner.target, plan, profile)
         engine = build.build_engine(plan, profile, target, runner.device, runner.runtime)
         methods.append(EngineMethod(f"plan:{name}", "plan", engine, sampling, plan.summary()))
     return methods
@@ -154,7 +152,7 @@ def llama_cpp_backend_peers(runner, settings: BenchSettings, sampling: SamplingC
 def _compile_first(runner, prompt_ids: list[int], notes: list[str]) -> None:
     """With the compiled runtime, compile every width's graph of the target and of a model
     drafter before anything is timed (compile time is reported apart, never measured)."""
-    if runner.backend != "torch":
+    if not runner.runtime_backend.compiles_graphs:
         return  # llama.cpp compiles nothing at run time
     models = [runner.target.model]
     drafter = runner.engine.drafter
@@ -205,12 +203,12 @@ def shared_networks() -> Iterator[None]:
     and budget. The networks are read-only at run time (each engine keeps its own KV caches), so
     sharing them changes no output. (``layerskip:`` drafters are views of the target already.)
     """
-    original = build.load_model
-    build.load_model = functools.lru_cache(maxsize=None)(original)
+    original = torch_backend.load_model
+    torch_backend.load_model = functools.lru_cache(maxsize=None)(original)
     try:
         yield
     finally:
-        build.load_model = original
+        torch_backend.load_model = original
 
 
 def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig,
@@ -226,9 +224,9 @@ def _grid_methods(runner, points: list[GridPoint], sampling: SamplingConfig,
                 engine = runner.engine
             else:
                 try:
-                    shared = runner.plain.target if runner.backend == "llama.cpp" else None  # one llama.cpp context
                     engine = build.build_engine(replace(runner.plan, stages=point.stages), runner.profile,
-                                                runner.target, runner.device, runner.runtime, shared,
+                                                runner.target, runner.device, runner.runtime,
+                                                runner.shared_session,  # one llama.cpp context
                                                 fallback=False)  # a grid point is the shape as solved
                 except SpecplanError as error:
                     notes.append(f"grid point {point.name} cannot run: {error}")
@@ -276,7 +274,7 @@ def _meta(runner, settings: BenchSettings, prompts: Sequence[Prompt], command: s
         "predicted_tokens_per_s": plan.predicted.tokens_per_s, "predicted_speedup": plan.predicted.speedup,
         "predicted_accepted": plan.predicted.accepted_per_target_forward,
         "target_source": runner.profile.target.source, "dtype": runner.target.dtype, "device": str(runner.device),
-        "threads": torch.get_num_threads() if runner.backend == "torch" else runner.plain.target.threads,
+        "threads": runner.runtime_backend.threads_used(runner.plain.target),
         "backend": runner.backend, "numerics": runner.profile.device.numerics, "max_new_tokens": settings.max_new_tokens, "prompts": len(prompts),
         "prompt_source": prompt_source, "temperature": plan.temperature, "baselines": list(settings.baselines),
         "grid_gammas": list(settings.grid_gammas), "grid_budgets": list(settings.grid_budgets),
@@ -342,9 +340,8 @@ def run_bench(runner, prompts: Sequence[Prompt], settings: BenchSettings, *, met
     if "grid" in settings.baselines:
         run_grid(runner, report, encoded, settings, sampling, latency, costs)
     report.meta["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    if runner.backend == "llama.cpp":
-        notes.append("llama.cpp: a decode of n tokens is not bit-identical to n one-token decodes (docs/backends.md), so "
-                     "an output may part from plain decoding at a numerical near-tie; each parting names its top-2 gap")
+    if runner.runtime_backend.rounding_note:
+        notes.append(runner.runtime_backend.rounding_note)
     elif runner.target.dtype != "float32":
         notes.append(f"{runner.target.dtype}: a forward over n tokens is not bit-identical to n one-token forwards, and "
                      "the runtime prefills all but the last prompt token before decoding, so its outputs (plain-runtime "

@@ -217,10 +217,10 @@ def command(args) -> int:
     settings = BenchSettings(max_new_tokens=args.max_new_tokens, baselines=baselines, grid_gammas=gammas,
                              grid_budgets=budgets, grid_limit=args.grid_limit,
                              grid_min_speedup=args.grid_min_speedup, assistant=assistant, also=also)
-    if args.threads and profile.backend != "llama.cpp":
-        import torch
+    if args.threads:  # torch's for the process; llama.cpp's go to each session as it opens
+        from specplan.runtime.backends import backend_for
 
-        torch.set_num_threads(args.threads)
+        backend_for(profile.backend).set_threads(args.threads)
     runner = PlanRunner.open(plan, profile, profile_path, force=args.force, runtime=chosen_runtime(args),
                              threads=args.threads or 0, fallback=not args.no_fallback)
     for prompt in prompts:  # every prompt fits the context before the long run starts

@@ -8,6 +8,7 @@ from pathlib import Path
 from specplan.cli.batch_option import add_batch_sizes_option, parse_batch_sizes
 from specplan.cli.options import PROMPTS, THREADS, add_runtime_option, integer, resolve_dtype, runtime_of
 from specplan.cli.plan import solve_and_write
+from specplan.core.backends import BACKEND_NAMES, traits
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import SpecplanError
 from specplan.core.outputs import check_output_file, stored_kind
@@ -16,9 +17,6 @@ from specplan.core.profile import save_profile
 from specplan.core.prompts import PROFILE_PROMPTS, held_out_split, profile_prompts, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
 
-DEFAULT_DRAFTERS = ("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26")
-LLAMA_CPP_DRAFTERS = ("ngram:3", "ngram:5", "ngram:8:3", "ngram:12:12", "recycle", "cache")  # layer skipping needs
-# the torch backend; ngram:12:12 drafts where the last 12 tokens recur, as llama-server's ngram-simple does
 MIN_CONTEXT, MAX_CONTEXT = 16, 32768  # cached tokens a latency measurement may sit on
 
 
@@ -57,7 +55,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--engine", default=None, choices=["llama.cpp"],
                         help="measure T(n) with this serving engine (llama-cpp-python) on the models' GGUF files; "
                              "acceptance and drafters come from --acceptance-from PROFILE")
-    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "llama.cpp"],
+    parser.add_argument("--backend", default="auto", choices=["auto", *BACKEND_NAMES],
                         help="the runtime whose costs are measured and whose plans `run` executes: llama.cpp (the GGUF "
                              "files as they are, through llama-cpp-python; docs/backends.md) or torch; auto (default): "
                              "llama.cpp for a GGUF target on the CPU with GGUF or retrieval drafters, else torch")
@@ -126,7 +124,7 @@ def torch_only_options(args, batch_sizes: tuple[int, ...]) -> list[str]:
 def resolve_backend(args, batch_sizes: tuple[int, ...]) -> str:
     """``--backend auto``: llama.cpp, the engine a GGUF user already runs, when the target is a GGUF file,
     the device the CPU and no option needs torch; else torch (docs/guide.md, "Which backend")."""
-    if args.backend != "auto":
+    if args.backend in BACKEND_NAMES:
         return args.backend
     from specplan.core.errors import ModelError
     from specplan.models.load import gguf_file
@@ -155,7 +153,7 @@ def _llama_cpp_installed() -> bool:
 
 def check_backend_options(args, batch_sizes: tuple[int, ...]) -> None:
     """Options the llama.cpp backend cannot honour, refused in one line before anything loads."""
-    if args.backend != "llama.cpp":
+    if not traits(args.backend).kernel_settings:
         if args.threads is not None:
             raise SpecplanError("--threads sets llama.cpp's threads; pass it with --backend llama.cpp or --engine llama.cpp")
         if args.numerics is not None:
@@ -193,7 +191,7 @@ def command(args) -> int:
     args.backend = resolve_backend(args, batch_sizes)
     check_backend_options(args, batch_sizes)
     plan_path = check_outputs(args)
-    defaults = LLAMA_CPP_DRAFTERS if args.backend == "llama.cpp" else DEFAULT_DRAFTERS
+    defaults = traits(args.backend).default_drafters
     specs = [parse_drafter_spec(spec) for spec in (args.drafter or defaults)]
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
@@ -207,7 +205,7 @@ def command(args) -> int:
     limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
     prompts, held_out = calibration_prompts(args, limit)
 
-    from specplan.models.load import load_model, quiet_transformers
+    from specplan.models.load import quiet_transformers
     from specplan.profiler.curve_checkpoint import checkpoint_path
     from specplan.profiler.run import ProfileSettings, run_profile
     from specplan.runtime.timing import pick_device
@@ -223,14 +221,14 @@ def command(args) -> int:
         settings = replace(settings, prompts_label=str(args.prompts) + (f" ({HALF_LABEL[0]})" if held_out else ""))
     elif args.workload != "spec-bench":
         settings = replace(settings, prompts_label=f"{args.workload}:calibration")
-    if args.backend == "llama.cpp":
-        from specplan.models.load import load_gguf_model
+    if quants == ["none"]:  # (a --quant variant is refused on llama.cpp: check_backend_options)
+        from specplan.runtime.backends import backend_for
 
-        print("specplan: backend llama.cpp: the GGUF file as llama.cpp runs it (--backend torch for the torch runtime)")
-        target = load_gguf_model(args.target or "default", args.threads or 0, exact=args.numerics == "exact")
-        profile = run_profile(target, specs, prompts, device, settings, checkpoint, args.resume)
-    elif quants == ["none"]:
-        target = load_model(args.target or "default", resolve_dtype(args.dtype), str(device))
+        backend = backend_for(args.backend)
+        if backend.profile_note:
+            print(backend.profile_note)
+        target = backend.load_target(args.target or "default", resolve_dtype(args.dtype), device, args.threads or 0,
+                                     exact=args.numerics == "exact")
         profile = run_profile(target, specs, prompts, device, settings, checkpoint, args.resume)
     else:
         from specplan.profiler.variants import profile_variants

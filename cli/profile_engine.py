@@ -72,7 +72,8 @@ def engine_files(profile: Profile, output: Path) -> tuple[dict[str, Path], list[
 
 def engine_profile(profile: Profile, output: Path, repeats: int, threads: int) -> tuple[Profile, list[str]]:
     """``profile`` with llama.cpp's T(n) for the models it runs; the lines to print."""
-    from specplan.profiler.llama_cpp_latency import llama_cpp_version, measure_curve
+    from specplan.profiler.llama_cpp_latency import measure_curve
+    from specplan.runtime.llama_cpp_session import llama_cpp_version
 
     version = llama_cpp_version()
     files, lines = engine_files(profile, output)

@@ -77,8 +77,8 @@ def check_comparable(name: str, profile: Profile, reference: Profile) -> None:
 
 
 def check_batchable(profile: Profile) -> None:
-    """PlanError (one line) when the plan's profile runs on llama.cpp: batched runs (runtime/batched/)
-    decode on the torch backend only."""
-    if profile.backend == "llama.cpp":
-        raise PlanError("batched runs decode on the torch backend, and this plan's profile runs on llama.cpp: drop "
-                        "--batch (prompts then decode one at a time) or profile with --backend torch")
+    """PlanError (one line) when the plan's profile runs on a backend without batched runs (llama.cpp):
+    batched runs (runtime/batched/) decode on the torch backend only."""
+    if not profile.backend_traits.batched_runs:
+        raise PlanError(f"batched runs decode on the torch backend, and this plan's profile runs on {profile.backend}: "
+                        "drop --batch (prompts then decode one at a time) or profile with --backend torch")

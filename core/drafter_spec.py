@@ -20,9 +20,6 @@ from specplan.core.errors import DrafterSpecError
 KINDS = ("model", "head", "layerskip", "ngram", "recycle", "cache")
 RUNNABLE = KINDS
 RETRIEVAL_KINDS = ("ngram", "recycle", "cache")
-# The drafter kinds whose tree stages each backend runs (docs/backends.md, "What it implements"):
-# llama.cpp grows trees from retrieval tables only; a model drafter's stage there is a sequence.
-TREE_KINDS = {"torch": KINDS, "llama.cpp": RETRIEVAL_KINDS}
 
 
 @dataclass(frozen=True)
@@ -57,14 +54,6 @@ class DrafterSpec:
     @property
     def is_retrieval(self) -> bool:
         return self.kind in RETRIEVAL_KINDS
-
-    def grows_trees_on(self, backend: str) -> bool:
-        """Whether ``backend``'s runtime grows tree stages from this drafter (:data:`TREE_KINDS`).
-
-        >>> parse_drafter_spec("model:x.gguf").grows_trees_on("llama.cpp"), parse_drafter_spec("recycle").grows_trees_on("llama.cpp")
-        (False, True)
-        """
-        return self.kind in TREE_KINDS.get(backend, KINDS)
 
 
 def _check_layers(spec: str, argument: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specplan.core.backends import BackendTraits, traits_of_source
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, ProfileError
 from specplan.core.limits import check_count
@@ -154,10 +155,15 @@ class Profile:
     prediction: PredictionCalibration | None = None
 
     @property
-    def backend(self) -> str:
+    def backend_traits(self) -> BackendTraits:
         """The runtime backend whose costs the profile measured, which its plans run on: ``llama.cpp``
-        when llama.cpp measured the latency curves (``device.source``), else ``torch``."""
-        return "llama.cpp" if self.device.source == "llama.cpp" else "torch"
+        when llama.cpp measured the latency curves (``device.source``), else ``torch`` (core/backends.py)."""
+        return traits_of_source(self.device.source)
+
+    @property
+    def backend(self) -> str:
+        """The name of :attr:`backend_traits`."""
+        return self.backend_traits.name
 
     @property
     def engine(self) -> str:
@@ -195,15 +201,14 @@ class Profile:
         return [m.id for m in self.models if m.role == "drafter"] + [r.id for r in self.retrieval]
 
     def grows_trees(self, drafter_id: str) -> bool:
-        """Whether this profile's backend grows tree stages from ``drafter_id`` (core/drafter_spec.py,
-        ``TREE_KINDS``), so that the planner never emits a shape the runtime refuses."""
-        if self.backend == "torch":
-            return True
+        """Whether this profile's backend grows tree stages from ``drafter_id`` (core/backends.py,
+        ``tree_kinds``), so that the planner never emits a shape the runtime refuses."""
         entry = self.model(drafter_id) or self.retrieval_entry(drafter_id)
         try:
-            return entry is not None and parse_drafter_spec(entry.source).grows_trees_on(self.backend)
-        except DrafterSpecError:  # a target or middle model named by path: a model, no trees on llama.cpp
-            return False
+            kind = parse_drafter_spec(entry.source).kind if entry is not None else "model"
+        except DrafterSpecError:  # a target or middle model named by path: a model
+            kind = "model"
+        return self.backend_traits.grows_trees(kind)
 
 
 LARGEST_COUNT = 10**9  # widths, contexts, layer counts, sample counts: anything above is not a measurement

@@ -43,7 +43,7 @@ def batch_view(profile: Profile, batch: int) -> Profile:
     models = []
     for model in profile.models:
         curves = tuple(curve for curve in model.latency if curve.batch == batch)
-        if not curves and batch > 1 and profile.backend == "llama.cpp":
+        if not curves and batch > 1 and profile.backend_traits.derives_batch_curves:
             curves = derived_curves(model, batch)
         overhead = next((curve for curve in model.batch_overhead if curve.batch == batch), None)
         if overhead is not None:
@@ -104,7 +104,7 @@ def seen_batches(profile: Profile, wanted: tuple[int, ...]) -> tuple[int, ...]:
     """The batch sizes of ``wanted`` the profile's target can be costed at (:func:`batch_view`): measured,
     or on llama.cpp derived (:func:`derived_curve`); ascending."""
     measured = set(batch_sizes(profile))
-    derives = profile.backend == "llama.cpp"
+    derives = profile.backend_traits.derives_batch_curves
     return tuple(sorted(b for b in set(wanted) if b in measured or (derives and derived_curves(profile.target, b))))
 
 

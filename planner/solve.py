@@ -66,8 +66,8 @@ def floor_of(profile: Profile, costs: CostModel) -> Floor:
     if engine > 0:
         return Floor("llama.cpp's own plain decoding", engine)
     plain = costs.latency[costs.target](1)
-    return Floor("llama.cpp's own plain decoding" if profile.backend == "llama.cpp" and not profile.exact
-                 else "plain decoding", plain)
+    engine_floor = profile.backend_traits.engine_floor
+    return Floor(engine_floor if engine_floor and not profile.exact else "plain decoding", plain)
 
 
 def plain_reason(rows: tuple[Candidate, ...], floor: Floor) -> str:

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import torch
 
+from specplan.core.backends import traits
 from specplan.core.profile import LatencyCurve
 from specplan.models.load import LoadedModel
 from specplan.profiler.latency import measure_latency
@@ -34,7 +35,7 @@ def flash_attention_off(target: LoadedModel, context: list[int], repeats: int) -
     """(off?, ms of one plain token with llama.cpp's flash attention, ms without) over a cache holding
     ``context``; off only for a llama.cpp target with fast numerics (exact needs it on) that decodes
     at most FLASH_OFF_GAIN of the time without it."""
-    if target.backend != "llama.cpp" or target.exact:
+    if not traits(target.backend).kernel_settings or target.exact:
         return False, 0.0, 0.0
     from specplan.runtime.build import target_session
 
@@ -46,8 +47,9 @@ def flash_attention_off(target: LoadedModel, context: list[int], repeats: int) -
 
 
 def engine_plain_ms(target: LoadedModel, curve: LatencyCurve, context: list[int], repeats: int) -> float:
-    """ms of one plain token as llama.cpp decodes it at its own settings (0.0 off llama.cpp)."""
-    if target.backend != "llama.cpp":
+    """ms of one plain token as llama.cpp decodes it at its own settings (0.0 off llama.cpp: a backend
+    whose own plain decoding is not the floor, core/backends.py ``engine_floor``)."""
+    if not traits(target.backend).engine_floor:
         return 0.0
     if not target.exact and not target.flash_off and 1 in curve.n:
         return curve.ms[curve.n.index(1)]  # the session already runs llama.cpp's own settings

@@ -13,16 +13,17 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from specplan.core.backends import LLAMA_CPP, TORCH
 from specplan.core.profile import LatencyCurve
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.drafters.head import HeadSession
 from specplan.runtime.backend import Session
+from specplan.runtime.backends import backend_for
 from specplan.runtime.session import ModelSession, as_session
 from specplan.runtime.timing import time_ms
 
-WIDTHS = (1, 2, 4, 8, 16, 32, 64)
-# llama.cpp's T(n) is steep and uneven on a CPU (a decode of n >= 2 is compute-bound): measured densely
-LLAMA_CPP_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+WIDTHS = TORCH.profile_widths  # each backend's own widths: core/backends.py
+LLAMA_CPP_WIDTHS = LLAMA_CPP.profile_widths
 
 
 def measure_latency(model: "torch.nn.Module | Session", device: torch.device, context_ids: Sequence[int],
@@ -45,7 +46,7 @@ def measure_latency(model: "torch.nn.Module | Session", device: torch.device, co
     session.extend(context)
     filler = _filler(context, widths)
     call = lambda width: session.extend(filler[:width])  # noqa: E731
-    settle = call if session.backend == "llama.cpp" else None
+    settle = call if backend_for(session.backend).reuses_graph_per_shape else None
     return _median_curve(call, lambda: session.rewind_to(context + [0]),  # keep exactly the context cached
                          len(context), widths, repeats, device, progress, settle)
 

@@ -15,20 +15,9 @@ import time
 from pathlib import Path
 
 from specplan.runtime.llama_cpp_session import high_level_llama
-from specplan.core.errors import SpecplanError
 from specplan.core.profile import LatencyCurve
 
 SOURCE = "llama.cpp"
-
-
-def llama_cpp_version() -> str:
-    """The installed llama-cpp-python version; SpecplanError (one line) when it is not installed."""
-    try:
-        import llama_cpp
-    except ImportError:
-        raise SpecplanError("--engine llama.cpp measures with llama-cpp-python, which is not installed; "
-                            "pip install llama-cpp-python") from None
-    return str(getattr(llama_cpp, "__version__", "unknown"))
 
 
 def measure_curve(gguf: str | Path, context: int, ns: tuple[int, ...], repeats: int = 5, threads: int = 2) -> LatencyCurve:

@@ -12,7 +12,6 @@ prediction, replay it as a drafter at each candidate length (``prediction``, pro
 from __future__ import annotations
 
 import datetime
-import os
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,12 +21,14 @@ import transformers
 from tqdm import tqdm
 
 from specplan.core.version import __version__
+from specplan.core.backends import traits
 from specplan.core.drafter_spec import DrafterSpec
 from specplan.core.errors import DrafterSpecError
 from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile, RetrievalEntry, shape_of_network
 from specplan.core.prompts import Prompt
 from specplan.runtime.backend import Session
-from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids, pad_id, target_session
+from specplan.runtime.backends import backend_for
+from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids, pad_id
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.head import HeadDrafter
@@ -37,13 +38,12 @@ from specplan.models.load import LoadedModel
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.profiler.engine_floor import engine_plain_ms, flash_attention_off
 from specplan.profiler.acceptance import AcceptanceCounter, replay_model
-from specplan.runtime.device import describe_device
 from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
 from specplan.profiler.batch_overhead import measure_batch_overhead, repeated_to
 from specplan.profiler.curve_checkpoint import load_curves, save_curves
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
-from specplan.profiler.latency import LLAMA_CPP_WIDTHS, WIDTHS, measure_head_latency, measure_latency
+from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.acceptance import teacher_forced_logits
 from specplan.profiler.prediction_acceptance import prediction_calibration
 from specplan.profiler.retrieval_acceptance import replay_retrieval
@@ -229,21 +229,9 @@ def _batch_overheads(target: LoadedModel, prompts: list[Prompt], context: list[i
                  for curve in tqdm(curves, desc="batched runtime overhead", unit="batch"))
 
 
-def llama_cpp_device(target: LoadedModel) -> DeviceInfo:
-    """This CPU as the llama.cpp backend runs on it: the profile's ``device.source`` says llama.cpp
-    measured the curves, so its plans run on that backend (``Profile.backend``)."""
-    from specplan.profiler.llama_cpp_latency import llama_cpp_version
-
-    threads = target.threads or os.cpu_count() or 1
-    cpu = describe_device(torch.device("cpu"))
-    numerics = "exact" if target.exact else "fast"
-    return replace(cpu, name=f"{cpu.name}, llama.cpp (llama-cpp-python {llama_cpp_version()}, {threads} threads)",
-                   source="llama.cpp", numerics=numerics)
-
-
 def _widths(target: LoadedModel) -> tuple[int, ...]:
     """The widths T(n) is timed at on the target's backend."""
-    return WIDTHS if target.backend == "torch" else LLAMA_CPP_WIDTHS
+    return traits(target.backend).profile_widths
 
 
 def _measure_curves(networks, target: LoadedModel, device, context: list[int], settings: ProfileSettings):
@@ -332,7 +320,7 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
     (docs/guide.md, "Your own prompts")."""
     target = replace(target, flash_off=profile.target.flash_attention == "off")
     built = [build_drafter(spec, target, device) for spec in drafters]
-    target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)
+    target_network = backend_for(target.backend).target_network(replace(target, wide_from=NEVER), device)
     pairs = _target_outputs(target, prompts, device, settings, target_network, "target on held-out prompts,")
     curves = {model.id: model.latency[0] for model in profile.models}
     acceptance, retrieval, _ = _acceptance_tables(built, target, target_network, pairs, prompts, curves, device, settings)
@@ -345,7 +333,7 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
 def _with_flash_attention_choice(target: LoadedModel, context: list[int], settings: ProfileSettings) -> LoadedModel:
     """``target`` with flash attention off where ``settings`` say so, or (``measure``) where its one-token
     decodes are measured enough cheaper so (profiler/engine_floor.py), saying so in one line."""
-    if target.backend != "llama.cpp" or target.exact or settings.flash_attention == "llama.cpp":
+    if not traits(target.backend).kernel_settings or target.exact or settings.flash_attention == "llama.cpp":
         return target
     if settings.flash_attention == "off":
         return replace(target, flash_off=True)
@@ -371,10 +359,11 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     target = _with_flash_attention_choice(target, context, settings)
     # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
     # curves time it) where its weights are repacked; elsewhere it drops wide_from
-    target_network = target.model if target.backend == "torch" else target_session(replace(target, wide_from=NEVER), device)
+    backend = backend_for(target.backend)
+    target_network = backend.target_network(replace(target, wide_from=NEVER), device)
     networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
     sources = {"target": target.source, **{b.spec.id: b.spec.source for b in built if b.model is not None}}
-    device_info = describe_device(device) if target.backend == "torch" else llama_cpp_device(target)
+    device_info = backend.describe_device(target, device)
     curves, batched = _curves_once(networks, sources, target, device, device_info, context, settings, checkpoint, resume)
     overheads = _batch_overheads(target, prompts, context, batched["target"], device)
     print(calibration_estimate(curves, built, len(prompts), settings), flush=True)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from specplan.core.backends import traits
 from specplan.core.drafter_spec import DrafterSpec, parse_drafter_spec
 from specplan.core.errors import DrafterSpecError, PlanError
 from specplan.core.plan import Plan
@@ -14,9 +14,7 @@ from specplan.core.profile import Profile
 from specplan.runtime.drafters.cacheback import CacheDrafter
 from specplan.runtime.drafters.graft import GraftDrafter
 from specplan.runtime.drafters.head import HeadDrafter
-from specplan.runtime.drafters.head_model import load_head
 from specplan.runtime.drafters.hierarchy import HierarchyDrafter
-from specplan.runtime.drafters.layerskip import layer_skip_view, parse_kept_layers
 from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.drafters.model_tree import ModelTreeDrafter
 from specplan.runtime.drafters.ngram import NgramDrafter
@@ -26,10 +24,11 @@ from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.planner.latency import latency_table
 from specplan.runtime.fallback import FallbackGuard, GuardSettings
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.models.load import DTYPES, LoadedModel, gguf_file, load_model
+from specplan.models.load import LoadedModel
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.backend import Session
-from specplan.runtime.session import ModelSession, as_session
+from specplan.runtime.backends import backend_for
+from specplan.runtime.session import as_session
 from specplan.runtime.stage import StageRunner
 
 
@@ -40,72 +39,14 @@ class DrafterBuild:
     model: torch.nn.Module | None  # the drafter's network (None for retrieval drafters)
 
 
-LLAMA_CPP_CONTEXT = 4096  # cells of each llama.cpp session: the prompt, the new tokens and one draft
-TREE_PATHS = 64  # sequence ids a llama.cpp session keeps for a draft tree's paths unless the plan needs more
-
-
-def llama_cpp_tree_paths(plan: Plan) -> int:
-    """The sequence ids for draft-tree paths a llama.cpp session of ``plan`` needs (its widest tree's
-    root-to-leaf paths); PlanError (one line) beyond what one context holds: 256 sequence ids, less one
-    for the committed tokens and one spare (runtime/llama_cpp_session.py)."""
-    from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES
-
-    paths = plan.most_tree_paths()
-    if paths > LLAMA_MAX_SEQUENCES - 2:
-        raise PlanError(f"the plan's draft tree has {paths} root-to-leaf paths, and a llama.cpp context holds "
-                        f"{LLAMA_MAX_SEQUENCES - 2}: re-plan with a smaller --max-budget")
-    return paths
-
-
 def target_session(target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
     """The target's session on its backend: llama.cpp over its GGUF file, or torch over its weights."""
-    if target.backend == "llama.cpp":
-        return llama_cpp_session(target.path, target, exact=target.exact, wide_from=target.wide_from,
-                                 flash_off=target.flash_off)
-    return ModelSession(target.model, device, runtime=runtime)
-
-
-def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_from: int = 0,
-                      flash_off: bool = False) -> Session:
-    """A llama.cpp session over ``gguf`` with the run's threads (``target.threads``; 0: every core);
-    ``wide_from``: see :class:`~specplan.runtime.llama_cpp_session.LlamaCppSession` (the target's only).
-
-    ``exact`` for the target's session when the run asks for it (``target.exact``); a drafter's
-    session runs llama.cpp's fast kernels whatever the target does, since the verifier alone decides
-    the output (docs/backends.md, "What lossless means here")."""
-    from specplan.runtime.llama_cpp_session import LlamaCppSession
-
-    if target.sessions is not None:  # several requests decode together (runtime/llama_cpp_shared.py)
-        return target.sessions(gguf, exact, flash_off)
-    return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact,
-                           wide_from=wide_from, flash_off=flash_off, max_tree_paths=max(TREE_PATHS, target.tree_paths))
-
-
-def _llama_cpp_drafter(spec: DrafterSpec, target: LoadedModel) -> Session:
-    """The llama.cpp session a ``model:`` drafter runs on the llama.cpp backend (its GGUF file)."""
-    if spec.kind != "model":
-        raise DrafterSpecError(f"drafter {spec.source!r} needs the torch backend (llama.cpp runs whole GGUF models); "
-                               "on llama.cpp use model:GGUF, ngram:N, recycle or cache, or profile with --backend torch")
-    gguf = gguf_file(spec.argument)
-    if gguf is None:
-        raise DrafterSpecError(f"drafter {spec.source!r} is not a GGUF file; the llama.cpp backend runs model:GGUF "
-                               "drafters (a registered model or a .gguf path)")
-    return llama_cpp_session(gguf, target, exact=False)
+    return backend_for(target.backend).target_session(target, device, runtime)
 
 
 def _drafter_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> "torch.nn.Module | Session":
     """The causal LM a ``layerskip:`` or ``model:`` drafter runs (a llama.cpp session on that backend)."""
-    if target.backend == "llama.cpp":
-        return _llama_cpp_drafter(spec, target)
-    if spec.kind == "layerskip":
-        return layer_skip_view(target.model, parse_kept_layers(spec.argument, target.model.config.num_hidden_layers))
-    loaded = load_model(spec.argument, target.dtype, str(device))
-    if loaded.model.config.vocab_size != target.model.config.vocab_size:
-        raise DrafterSpecError(
-            f"drafter {spec.source!r} has vocabulary {loaded.model.config.vocab_size}, the target "
-            f"{target.model.config.vocab_size}; a model drafter must share the target's tokenizer"
-        )
-    return loaded.model
+    return backend_for(target.backend).drafter_network(spec, target, device)
 
 
 def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device,
@@ -126,11 +67,9 @@ def build_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.device,
 
 
 def _head_network(spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
-    """The draft head saved in ``spec.argument``, sharing the target's embedding, in the target's dtype."""
-    if target.backend == "llama.cpp":
-        raise DrafterSpecError(f"drafter {spec.source!r} reads the target's hidden states, which the llama.cpp backend "
-                               "does not return; on llama.cpp use model:GGUF, ngram:N, recycle or cache")
-    return load_head(spec.argument, target.model, DTYPES[target.dtype], device)
+    """The draft head saved in ``spec.argument``, sharing the target's embedding, in the target's dtype
+    (refused in one line on a backend that returns no hidden states)."""
+    return backend_for(target.backend).head_network(spec, target, device)
 
 
 def _retrieval_tree_drafter(spec: DrafterSpec):
@@ -151,7 +90,7 @@ def build_tree_drafter(spec: DrafterSpec, target: LoadedModel, device: torch.dev
     if spec.kind == "head":
         return HeadDrafter(spec.id, network if network is not None else _head_network(spec, target, device), device)
     if spec.kind in ("layerskip", "model"):
-        if not spec.grows_trees_on(target.backend):
+        if not traits(target.backend).grows_trees(spec.kind):
             raise DrafterSpecError(f"drafter {spec.source!r} grows trees on the torch backend only; on llama.cpp plan "
                                    "its stage as a sequence, or grow the tree from ngram:N, recycle or cache")
         return ModelTreeDrafter(spec.id, network if network is not None else _drafter_network(spec, target, device), device,

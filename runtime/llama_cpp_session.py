@@ -52,6 +52,16 @@ def _llama_cpp():
     return llama_cpp
 
 
+def llama_cpp_version() -> str:
+    """The installed llama-cpp-python version; SpecplanError (one line) when it is not installed."""
+    try:
+        import llama_cpp
+    except ImportError:
+        raise SpecplanError("--engine llama.cpp measures with llama-cpp-python, which is not installed; "
+                            "pip install llama-cpp-python") from None
+    return str(getattr(llama_cpp, "__version__", "unknown"))
+
+
 _SILENT_LOG = None  # the no-op log callback; kept here so ctypes never frees it while llama.cpp holds it
 _BACKEND_READY = False
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,14 +17,15 @@ from specplan.core.profile import Profile
 from specplan.core.prompts import Prompt
 from specplan.runtime.adaptive import AdaptiveEngine, AdaptiveResult
 from specplan.runtime.adaptive_build import build_adaptive_engine
-from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_engine, llama_cpp_tree_paths
-from specplan.runtime.context import check_fits, draft_width, model_context
+from specplan.runtime.backend import Session
+from specplan.runtime.backends import Backend, backend_for
+from specplan.runtime.build import build_engine
+from specplan.runtime.context import check_fits, draft_width
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
 from specplan.runtime.lossless import NEAR_TIE, divergence_gap, first_divergence
-from specplan.models.load import LoadedModel, load_gguf_model, quiet_transformers
-from specplan.quant.load import load_model_variant
+from specplan.models.load import LoadedModel, quiet_transformers
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.planner.recheck import check_prediction
 from specplan.runtime.device import describe_device
@@ -117,15 +118,6 @@ def profiled_runtime(profile: Profile) -> RuntimeMode:
     return RuntimeMode("compiled") if profile.target.mode == "compiled" else EAGER
 
 
-def wide_verify_width(plan: Plan, profile: Profile) -> int:
-    """The profile's ``wide_from`` when the plan may verify that many tokens at once, else 0: a
-    plan that never does (plain decoding, short chains) loads no second copy of the weights
-    (docs/backends.md, "Wide verifies on unrepacked weights")."""
-    wide_from = profile.target.wide_from
-    widest = plan.widest_target_verify()
-    return wide_from if wide_from and (widest is None or widest >= wide_from) else 0
-
-
 @dataclass
 class PlanRunner:
     plan: Plan
@@ -152,12 +144,8 @@ class PlanRunner:
         kind = profile.device.kind
         device = torch.device("cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu")
         check_contract(plan, profile, profile_path, describe_device(device), None, force)  # before any weights load
-        if profile.backend == "llama.cpp":
-            target = replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
-                             wide_from=0 if sessions else wide_verify_width(plan, profile), sessions=sessions,
-                             flash_off=profile.target.flash_attention == "off", tree_paths=llama_cpp_tree_paths(plan))
-        else:
-            target = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
+        backend = backend_for(profile.backend)
+        target = backend.open_target(plan, profile, device, threads, sessions)
         check_weights(profile, target.fingerprint, force)
         if not force:
             check_prediction(plan, profile)  # a hand-edited shape does not run under the old prediction
@@ -170,7 +158,7 @@ class PlanRunner:
         else:
             engine = build_engine(plan, profile, target, device, runtime, fallback=fallback)
         # llama.cpp: plain decoding shares the engine's target session (each generate resets it)
-        plain_target = engine.target if target.backend == "llama.cpp" else target.model
+        plain_target = engine.target if backend.shares_target_session else target.model
         plain = SpeculativeEngine(plain_target, device, engine.eos_ids, runtime=runtime)
         return cls(plan, profile, target, engine, plain, device, runtime, fallback)
 
@@ -208,16 +196,27 @@ class PlanRunner:
         return self.target.backend
 
     @property
+    def runtime_backend(self) -> Backend:
+        """The backend the plan runs on (runtime/backends/)."""
+        return backend_for(self.target.backend)
+
+    @property
+    def shared_session(self) -> Session | None:
+        """The target session every engine of this run must reuse (one llama.cpp context), else None."""
+        return self.plain.target if self.runtime_backend.shares_target_session else None
+
+    @property
     def reference_model(self):
         """What reads the target's logits for a divergence's top-2 gap: the torch model, or on
         llama.cpp the plain engine's session (reset before and after each read)."""
-        return self.plain.target if self.target.backend == "llama.cpp" else self.target.model
+        session = self.shared_session
+        return session if session is not None else self.target.model
 
     def check_prompt(self, prompt: Prompt, max_new_tokens: int) -> list[int]:
         """The prompt's token ids; PromptError if it and ``max_new_tokens`` do not fit the target's context."""
         prompt_ids = encode_prompt(self.target.tokenizer, prompt.text)
         label = "the prompt" if prompt.prompt_id == "prompt" else f"prompt {prompt.prompt_id}"
-        context = LLAMA_CPP_CONTEXT if self.target.backend == "llama.cpp" else model_context(self.target.model.config)
+        context = self.runtime_backend.context(self.target)
         check_fits(len(prompt_ids), max_new_tokens, draft_width(self.plan), context, label)
         return prompt_ids
 

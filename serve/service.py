@@ -11,8 +11,8 @@ import uuid
 from dataclasses import dataclass
 
 from specplan.models.chat import encode_messages
-from specplan.runtime.build import LLAMA_CPP_CONTEXT, build_prediction_engine, fallback_guard
-from specplan.runtime.context import draft_width, model_context
+from specplan.runtime.build import build_prediction_engine, fallback_guard
+from specplan.runtime.context import draft_width
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.prediction import prediction_tokens
 from specplan.runtime.engine import SpeculativeEngine
@@ -64,8 +64,7 @@ class Service:
         for engine in engines:
             engine.load = self.load
         self.worker = Worker(runner, self.metrics, settings.queue_size, self._engine_for, engines, batcher)
-        target = runner.target
-        self.context = LLAMA_CPP_CONTEXT if target.backend == "llama.cpp" else model_context(target.model.config)
+        self.context = runner.runtime_backend.context(runner.target)
         self.created = int(time.time())
         # a slot's prediction requests play under one guard (each request measures its own costs): the slot
         # engine's own where it has one (a slot decodes one request at a time), else one of their own

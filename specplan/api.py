@@ -158,12 +158,12 @@ class Batch:
 def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
     """The session source of a server decoding ``parallel`` requests together (runtime/llama_cpp_shared.py);
     SpecplanError (one line) for a plan that cannot: not on llama.cpp, adaptive, or exact numerics."""
-    from specplan.runtime.build import LLAMA_CPP_CONTEXT
+    from specplan.runtime.backends.llama_cpp_backend import LLAMA_CPP_CONTEXT
     from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES, SharedModels, slot_tree_paths
 
     if parallel < 1 or parallel > LLAMA_MAX_SEQUENCES // 2:
         raise SpecplanError(f"--parallel {parallel}: pass 1 to {LLAMA_MAX_SEQUENCES // 2}")
-    if profile.backend != "llama.cpp":
+    if not profile.backend_traits.shared_contexts:
         raise SpecplanError(f"--parallel {parallel} decodes requests together on the llama.cpp backend; this plan runs on "
                             f"{profile.backend}: serve it with --parallel 1")
     if plan.adaptive is not None:

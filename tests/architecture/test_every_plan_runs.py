@@ -3,7 +3,7 @@
 For each backend, a profile holding every drafter kind the backend loads is solved many ways
 (random costs and acceptance); every candidate row (the plan, its alternatives, an adaptive
 plan's candidates) must have shapes the runtime builds: trees only from drafters the backend
-grows trees from (core/drafter_spec.py, TREE_KINDS). Then, on the llama.cpp backend, each
+grows trees from (core/backends.py, ``tree_kinds``). Then, on the llama.cpp backend, each
 family the solver emits there (plain; every drafter kind as a sequence; every retrieval kind as a
 tree; a model middle stage) is built by the runtime on the default GGUF with a tiny GGUF drafter
 and decodes the target's own greedy tokens; a model-grown tree, which the solver no longer emits
@@ -19,7 +19,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specplan.core.drafter_spec import KINDS, TREE_KINDS, parse_drafter_spec
+from specplan.core.backends import traits
+from specplan.core.drafter_spec import KINDS, parse_drafter_spec
 from specplan.core.plan import Plan, Prediction, Stage, StageShape
 from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile, RetrievalEntry
 from specplan.planner.solve import PlanOptions, solve_plan
@@ -74,14 +75,14 @@ def tree_drafter_kinds(profile: Profile, seeds: range) -> set[str]:
 @pytest.mark.parametrize("backend", ["torch", "llama.cpp"])
 def test_the_solver_grows_trees_only_where_the_backend_does(backend):
     kinds = tree_drafter_kinds(every_kind_profile(backend, np.random.default_rng(0)), range(12))
-    assert kinds <= set(TREE_KINDS[backend])
+    assert kinds <= set(traits(backend).tree_kinds)
     assert kinds & {"ngram", "recycle", "cache"}  # retrieval trees are emitted on both backends
     if backend == "torch":  # and model-grown trees where the runtime grows them: the rule is not vacuous
         assert kinds & {"model", "layerskip", "head"}
 
 
 def test_tree_kinds_are_drafter_kinds():
-    assert set(TREE_KINDS["torch"]) == set(KINDS) and set(TREE_KINDS["llama.cpp"]) < set(KINDS)
+    assert set(traits("torch").tree_kinds) == set(KINDS) and set(traits("llama.cpp").tree_kinds) < set(KINDS)
 
 
 # --- the llama.cpp runtime builds and runs every family the solver emits there ---------------------------

@@ -41,12 +41,12 @@ def test_no_wide_curve_or_other_widths_leave_the_curve_alone():
 
 
 def test_a_plan_that_never_verifies_as_wide_loads_no_second_copy():
-    """runtime/runner.py wide_verify_width: the profile's width only where the plan can reach it."""
+    """runtime/backends/llama_cpp_backend.py wide_verify_width: the profile's width only where the plan can reach it."""
     from dataclasses import replace
 
     from specplan.core.plan import Stage, StageShape
     from specplan.core.plan_adaptive import AdaptiveCandidate, AdaptiveSettings
-    from specplan.runtime.runner import wide_verify_width
+    from specplan.runtime.backends.llama_cpp_backend import wide_verify_width
     from tests.core.test_formats import make_plan, make_profile
 
     profile = make_profile()

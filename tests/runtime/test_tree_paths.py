@@ -10,7 +10,7 @@ import pytest
 from specplan.core.errors import PlanError
 from specplan.core.plan import Plan, Prediction, Stage, StageShape
 from specplan.core.plan_adaptive import AdaptiveCandidate, AdaptiveSettings
-from specplan.runtime.build import TREE_PATHS, llama_cpp_tree_paths
+from specplan.runtime.backends.llama_cpp_backend import TREE_PATHS, llama_cpp_tree_paths
 
 
 def star(leaves: int) -> StageShape:
@@ -39,7 +39,7 @@ def test_a_tree_beyond_one_context_is_refused_in_one_line():
 def test_a_session_gets_the_paths_its_plan_needs():
     pytest.importorskip("llama_cpp")
     from specplan.models.load import default_gguf_path, load_gguf_model
-    from specplan.runtime.build import llama_cpp_session
+    from specplan.runtime.backends.llama_cpp_backend import llama_cpp_session
 
     target = load_gguf_model(str(default_gguf_path()), 1, exact=False)
     for needed, held in ((0, TREE_PATHS), (100, 100)):
