@@ -1,8 +1,9 @@
 """A fresh lookup match's first chain (runtime/fallback.py ``first_chain``, docs/planner-math.md section
 12.5), replayed over the target's greedy answers: which first chain a plan's lookup should draft.
 
-A lookup plan at temperature 0 is deterministic given the target's answer (measurements/replay_lookup.py):
-each round's draft, accepted length and verify width follow, and with a T(n) curve so does the time.
+A lookup plan at temperature 0 is deterministic given the target's answer: each round's draft, accepted
+length and verify width follow, and with a T(n) curve so does the time (measurements/replay_lookup.py
+``replay``, which plays the rounds here).
 Here the rounds' chain lengths are the runtime's own ``ChainGrowth`` (a fresh match drafts ``first``
 tokens, a first chain accepted whole goes on at the plan's gamma), for each first chain asked for and
 for none (the plan's gamma from the start). The answers are a bench report's ``plain-runtime`` rows (the
@@ -35,28 +36,8 @@ from specplan.core.workloads import workload_split  # noqa: E402
 from specplan.models.chat import encode_prompt  # noqa: E402
 from specplan.planner.latency import interpolate, nearest_curve  # noqa: E402
 from specplan.runtime.build import build_drafter  # noqa: E402
-from specplan.runtime.drafters.base import SamplingConfig  # noqa: E402
 from specplan.runtime.fallback import ChainGrowth, first_chain  # noqa: E402
-
-GREEDY = SamplingConfig(temperature=0.0)
-
-
-def replay(drafter, growth: ChainGrowth, prompt: list[int], answer: list[int], round_ms, oracle: bool = False) -> float:
-    """Milliseconds of the rounds over ``answer``, each drafting ``growth.gamma`` tokens at most; ``oracle``:
-    each round verifies only the tokens it has accepted (the bound of a drafter that knew them)."""
-    drafter.reset()
-    growth.start()
-    position, milliseconds = 0, 0.0
-    while position < len(answer):
-        budget = min(growth.gamma, len(answer) - position - 1)
-        draft = drafter.propose(prompt + answer[:position], budget, GREEDY, None).tokens if budget > 0 else ()
-        accepted = 0
-        while accepted < len(draft) and draft[accepted] == answer[position + accepted]:
-            accepted += 1
-        milliseconds += round_ms(accepted if oracle else len(draft))
-        growth.record(len(draft), accepted + 1)
-        position += accepted + 1
-    return milliseconds
+from replay_lookup import replay  # noqa: E402  (measurements/replay_lookup.py: the rounds over an answer)
 
 
 def greedy_answers(runner, workload: str, report_dir: Path) -> list[tuple[list[int], list[int]]]:
@@ -96,7 +77,8 @@ def main() -> None:
         cells = []
         for first, oracle in [(first, False) for first in firsts] + [(gamma, True)]:
             growth = ChainGrowth(gamma, verify_ms=verify_ms, first=first)
-            spent = [replay(drafter, growth, prompt, answer, round_ms, oracle) for prompt, answer in answers]
+            spent = [replay(drafter, growth, prompt, answer, len(answer), round_ms, oracle)[0]
+                     for prompt, answer in answers]
             plain = [verify_ms(1) * len(answer) for _, answer in answers]
             lowest = min(p / s for p, s in zip(plain, spent))
             cells.append(f"{sum(plain) / sum(spent):.3f}x (lowest {lowest:.2f})")

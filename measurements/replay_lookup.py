@@ -45,22 +45,28 @@ from specplan.models.chat import encode_prompt  # noqa: E402
 from specplan.planner.latency import interpolate, nearest_curve  # noqa: E402
 from specplan.runtime.build import build_drafter  # noqa: E402
 from specplan.runtime.drafters.base import SamplingConfig  # noqa: E402
+from specplan.runtime.fallback import ChainGrowth  # noqa: E402
 
 GREEDY = SamplingConfig(temperature=0.0)
 
 
-def replay(drafter, gamma: int, prompt: list[int], answer: list[int], max_new_tokens: int,
+def replay(drafter, chain: int | ChainGrowth, prompt: list[int], answer: list[int], max_new_tokens: int,
            round_ms, oracle: bool = False) -> tuple[float, int]:
-    """(milliseconds, rounds) of the chain rounds over ``answer``; ``oracle``: draft only the tokens accepted."""
+    """(milliseconds, rounds) of the chain rounds over ``answer``, each drafting ``chain.gamma`` tokens at most
+    (the runtime's ChainGrowth; a number: that gamma every round); ``oracle``: draft only the tokens accepted."""
+    if isinstance(chain, int):
+        chain = ChainGrowth(chain, longest=chain)  # neither grows nor starts short
     drafter.reset()
+    chain.start()
     position, milliseconds, rounds = 0, 0.0, 0
     while position < len(answer):
-        budget = min(gamma, max_new_tokens - position - 1)
+        budget = min(chain.gamma, max_new_tokens - position - 1)
         draft = drafter.propose(prompt + answer[:position], budget, GREEDY, None).tokens if budget > 0 else ()
         accepted = 0
         while accepted < len(draft) and position + accepted < len(answer) and draft[accepted] == answer[position + accepted]:
             accepted += 1
         milliseconds += round_ms(accepted if oracle else len(draft))
+        chain.record(len(draft), accepted + 1)
         rounds += 1
         position += accepted + 1
     return milliseconds, rounds

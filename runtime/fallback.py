@@ -293,9 +293,9 @@ class ChainGrowth:
                  verify_ms: Callable[[int], float] | None = None, first: int | None = None):
         self.base = gamma
         self.longest = max(gamma, longest)
-        # a fresh match's chain: ``first``, else first_chain from the profile's T(n), else the plan's gamma
-        self.first = min(gamma, first if first is not None else
-                         first_chain(gamma, verify_ms) if verify_ms is not None else gamma)
+        if first is None:  # a fresh match's chain: first_chain from the profile's T(n), else the plan's gamma
+            first = first_chain(gamma, verify_ms) if verify_ms is not None else gamma
+        self.first = min(gamma, first)
         self.gamma = self.first
         self.floor = gamma  # the chain after a rejection: the plan's gamma, or the guard's shorter one
         self.grows = verify_ms is None or self._long_chains_pay(verify_ms)

@@ -191,8 +191,8 @@ EPYC_PAIR = lambda n: 26.6 if n == 1 else 147.8 if n == 16 else 333.5 if n == 64
 
 
 def test_a_fresh_match_drafts_the_first_chain_and_a_copy_goes_on_at_the_plans_gamma():
-    """On the pair's curve (T(16) 5.6 T(1), cheaper per token than any shorter chain) a fresh match drafts 15
-    tokens; a first chain accepted whole is a copy, drafted on at 63; a rejection starts the next match at 15
+    """On a curve shaped like the pair's (T(16) 5.6 T(1), cheaper per token than any shorter chain) a fresh
+    match drafts 15 tokens; a first chain accepted whole is a copy, drafted on at 63; a rejection starts the next match at 15
     again, a round without a match changes nothing, and a guard's shorter chain below 15 wins."""
     from specplan.runtime.fallback import ChainGrowth, first_chain
 
