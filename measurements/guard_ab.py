@@ -8,7 +8,8 @@ over prompts (resampled), target forwards and outputs identical to plain decodin
 
 VARIANT: guard (the default guard), backoff-only (no shorter chains), empty-not-counted (rounds
 without a draft do not count towards the first judgement), full-first-chain (the default guard, a fresh
-match drafting the plan's gamma instead of ChainGrowth's first chain), unguarded; default
+match drafting the plan's gamma instead of ChainGrowth's first chain), no-match-gate (the default guard, a
+lookup drafting every match: runtime/match_gate.py off), unguarded; default
 guard,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
@@ -30,7 +31,7 @@ shared = runner.plain.target
 engines = {"plain": runner.plain}
 VARIANTS = {"guard": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
             "empty-not-counted": GuardSettings(count_empty_rounds=False), "unguarded": GuardSettings(enabled=False),
-            "full-first-chain": GuardSettings()}
+            "full-first-chain": GuardSettings(), "no-match-gate": GuardSettings()}
 chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["guard", "backoff-only", "unguarded"]
 for name in chosen:
     settings = VARIANTS[name]
@@ -41,6 +42,8 @@ for name in chosen:
     if name == "full-first-chain" and engine.growth is not None:
         growth = engine.growth
         engine.growth = ChainGrowth(growth.base, verify_ms=engine.guard.verify_ms, first=growth.base)
+    if name == "no-match-gate":
+        engine.stage.drafter.gate = None
     engines[name] = engine
 prompts = stratified(workload_split(workload, "evaluation"), n)
 sampling = SamplingConfig()

@@ -25,12 +25,14 @@ import torch
 
 from specplan.core.plan import StageShape
 from specplan.runtime.drafters.base import Drafter, SamplingConfig
+from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.session import as_session
 from specplan.runtime.backend import Session
 from specplan.runtime.commit import Committed
 from specplan.runtime.fallback import ChainGrowth, FallbackGuard
 from specplan.runtime.load_schedule import LoadSchedule
+from specplan.runtime.match_gate import MatchGate
 from specplan.runtime.stage import StageRunner, StageStats
 from specplan.runtime.timing import now
 
@@ -85,6 +87,8 @@ class SpeculativeEngine:
         # a chain that costs no model changes length with its acceptance (ChainGrowth) unless fixed_chain
         lookup = self.guard is not None and self.tree is None and not drafter.sessions() and not fixed_chain
         self.growth = ChainGrowth(self.gamma, verify_ms=verify_ms) if lookup else None  # verify_ms: the target's T(n)
+        if lookup and verify_ms is not None and isinstance(drafter, NgramDrafter):  # runtime/match_gate.py
+            drafter.gate = MatchGate(self.gamma, verify_ms)
 
     def _next_round(self) -> tuple[str, int | None]:
         """Who plays the next round: ``"load"`` (plain decoding, as the schedule row for the requests

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
+from specplan.runtime.match_gate import MatchGate
 
 
 def lookup_continuation(context: list[int], max_ngram: int, length: int, min_ngram: int = 1) -> tuple[int, ...]:
@@ -60,28 +61,48 @@ class NgramIndex:
         >>> NgramIndex(3).continuation([5, 6, 7, 8, 5, 6], 2)
         (7, 8)
         """
+        return self.match(context, length)[2]
+
+    def match(self, context: list[int], length: int) -> tuple[int, int, tuple[int, ...]]:
+        """(where the continuation starts in ``context``, the n-gram's length, the continuation's first
+        ``length`` tokens) of the match :meth:`continuation` drafts; (-1, 0, ()) where none recurs.
+
+        >>> NgramIndex(3).match([5, 6, 7, 8, 5, 6], 2)
+        (2, 2, (7, 8))
+        """
         self._extend(context)
         size = len(context)
         for n in range(min(self.max_ngram, size - 1), self.min_ngram - 1, -1):
             start = self.last.get(tuple(context[size - n:]))
             if start is not None:
-                return tuple(context[start + n: start + n + length])
-        return ()
+                return start + n, n, tuple(context[start + n: start + n + length])
+        return -1, 0, ()
 
 
 class NgramDrafter(Drafter):
-    """``ngram:N`` / ``ngram:N:K`` — deterministic proposals (point-mass draft distribution)."""
+    """``ngram:N`` / ``ngram:N:K`` — deterministic proposals (point-mass draft distribution).
+
+    ``gate`` (set by the engine, runtime/match_gate.py): drafts a match only where earlier matches of
+    its kind paid for their verify; a declined match proposes nothing (the round is a plain one)."""
 
     def __init__(self, max_ngram: int, min_ngram: int = 1):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.name = f"ngram-{max_ngram}" + (f"-{min_ngram}" if min_ngram > 1 else "")
         self.index = NgramIndex(max_ngram, min_ngram)
+        self.gate: MatchGate | None = None
 
     def reset(self) -> None:
         self.index = NgramIndex(self.max_ngram, self.min_ngram)
+        if self.gate is not None:
+            self.gate.start()
 
     def propose(self, committed: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
+        if self.gate is not None:
+            self.gate.observe(committed)  # every round: the request's first text is its prompt
         if gamma < 1:
             return Proposal(())
-        return Proposal(self.index.continuation(committed, gamma))
+        origin, size, tokens = self.index.match(committed, gamma)
+        if tokens and self.gate is not None and not self.gate.allows(committed, origin, size - self.min_ngram, gamma):
+            return Proposal(())
+        return Proposal(tokens)
