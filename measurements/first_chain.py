@@ -11,8 +11,10 @@ target's greedy decoding on the same backend); the guard is left out (it acts on
 
     .venv/bin/python measurements/first_chain.py profiles/transfer-qwen/plan-humaneval/plan.yaml \\
         --report spec-bench=profiles/transfer-qwen-xeon/on-spec-bench --report humaneval=DIR \\
-        [--curve PROFILE] [--first 7,11,15,23,31]
+        [--curve PROFILE] [--first 7,11,15,23,31] [--gate]
 
+``--gate``: one more column, the runtime's first chain with its match gate (runtime/match_gate.py), whose
+records are carried from prompt to prompt as one engine carries them.
 ``--curve``: a profile whose target T(n) costs the rounds (default: the plan's own profile). Prints, per
 workload, the replayed rate over plain decoding's (T(1) a token) pooled over prompts, and the lowest
 prompt's; last, the plan's gamma drafting only what each round accepts (a bound no drafter passes).
@@ -37,6 +39,7 @@ from specplan.models.chat import encode_prompt  # noqa: E402
 from specplan.planner.latency import interpolate, nearest_curve  # noqa: E402
 from specplan.runtime.build import build_drafter  # noqa: E402
 from specplan.runtime.fallback import ChainGrowth, first_chain  # noqa: E402
+from specplan.runtime.match_gate import MatchGate  # noqa: E402
 from replay_lookup import replay  # noqa: E402  (measurements/replay_lookup.py: the rounds over an answer)
 
 
@@ -57,6 +60,7 @@ def main() -> None:
     parser.add_argument("--report", action="append", required=True, help="WORKLOAD=DIR: a bench report with plain-runtime rows")
     parser.add_argument("--curve", type=Path, help="a profile whose target T(n) costs the rounds")
     parser.add_argument("--first", default="7,11,15,23,31", help="first chains to replay, comma-separated")
+    parser.add_argument("--gate", action="store_true", help="also the runtime's first chain with its match gate")
     args = parser.parse_args()
     runner = Runner.open(args.plan).plan_runner
     (stage,) = runner.plan.stages
@@ -69,19 +73,25 @@ def main() -> None:
     firsts = [gamma] + [int(value) for value in args.first.split(",") if int(value) < gamma]
     print(f"plan {runner.plan.summary()}; T(n) of {args.curve or 'the plan profile'}: T(1) {verify_ms(1):.1f} ms, "
           f"T(64) {verify_ms(64):.1f} ms; first_chain gives {first_chain(gamma, verify_ms)}")
-    print("| workload | prompts | " + " | ".join(f"first {first}" for first in firsts) + " | accepted only |")
-    print("|---|---:|" + "---|" * (len(firsts) + 1))
+    columns = [(first, False, False) for first in firsts] + [(gamma, True, False)]
+    if args.gate:
+        columns.append((first_chain(gamma, verify_ms), False, True))
+    print("| workload | prompts | " + " | ".join(f"first {first}" for first in firsts) + " | accepted only |"
+          + (" first chain, gated |" if args.gate else ""))
+    print("|---|---:|" + "---|" * len(columns))
     for item in args.report:
         name, folder = item.split("=", 1)
         answers = greedy_answers(runner, name, Path(folder))
         cells = []
-        for first, oracle in [(first, False) for first in firsts] + [(gamma, True)]:
+        for first, oracle, gated in columns:
+            drafter.gate = MatchGate(gamma, verify_ms) if gated else None
             growth = ChainGrowth(gamma, verify_ms=verify_ms, first=first)
             spent = [replay(drafter, growth, prompt, answer, len(answer), round_ms, oracle)[0]
                      for prompt, answer in answers]
             plain = [verify_ms(1) * len(answer) for _, answer in answers]
             lowest = min(p / s for p, s in zip(plain, spent))
-            cells.append(f"{sum(plain) / sum(spent):.3f}x (lowest {lowest:.2f})")
+            declined = f", {drafter.gate.declined} declined" if gated else ""
+            cells.append(f"{sum(plain) / sum(spent):.3f}x (lowest {lowest:.2f}{declined})")
         print(f"| {name} | {len(answers)} | " + " | ".join(cells) + " |")
 
 
