@@ -121,6 +121,9 @@ class MatchGate:
             source = "prompt" if origin < self.prompt_length else "answer"
             match = OpenMatch(source, len(text), origin, held)
             self.open.append(match)
+            if len(self.open) > COPY_HISTORY:  # text repeating at many periods at once: record the oldest as it stands
+                oldest = self.open.pop(0)
+                self.record(oldest.source, oldest.held + oldest.length)
         elif match.drafted:
             return True  # a copy the gate already drafted, still holding
         held = match.held + match.length
