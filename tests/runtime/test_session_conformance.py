@@ -62,16 +62,22 @@ def torch_backend() -> Backend:
     return Backend("torch", ModelSession(tiny_llama(), torch.device("cpu")), text, exact=False)
 
 
-def llama_cpp_backend() -> Backend:
-    """LlamaCppSession over the default GGUF; the text is English prose in its tokens."""
+def default_gguf_or_skip():
+    """The default model's GGUF; the test is skipped without llama-cpp-python or the model."""
     pytest.importorskip("llama_cpp")
     from specplan.models.load import default_gguf_path
-    from specplan.runtime.llama_cpp_session import LlamaCppSession
 
     try:
-        path = default_gguf_path()
+        return default_gguf_path()
     except SpecplanError as error:
         pytest.skip(str(error))
+
+
+def llama_cpp_backend() -> Backend:
+    """LlamaCppSession over the default GGUF; the text is English prose in its tokens."""
+    from specplan.runtime.llama_cpp_session import LlamaCppSession
+
+    path = default_gguf_or_skip()
     session = LlamaCppSession(path, n_ctx=1024, threads=1, max_tree_paths=8)  # 1 thread: a shared 2-core box
     return Backend("llama.cpp", session, session.tokenize(PROSE, True), exact=True)
 

@@ -30,10 +30,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tests.runtime.test_session_conformance import DEPTH_FIRST, PARENTS, PROSE, argmax_divergences_are_near_ties
+from tests.runtime.test_session_conformance import (DEPTH_FIRST, PARENTS, PROSE, argmax_divergences_are_near_ties,
+                                                   default_gguf_or_skip)
 from tests.runtime.tiny_models import TINY_VOCAB, tiny_llama
 
-from specplan.core.errors import SpecplanError
 from specplan.runtime.backend import Session
 from specplan.runtime.lossless import NEAR_TIE
 from specplan.runtime.tree import DraftTree
@@ -304,14 +304,9 @@ def torch_backend(attention: str) -> Backend:
 
 def llama_cpp_backend() -> Backend:
     """Slot sessions of the default GGUF against a ``LlamaCppSession`` alone (fast numerics); English prose."""
-    pytest.importorskip("llama_cpp")
-    from specplan.models.load import default_gguf_path
     from specplan.runtime.llama_cpp_session import LlamaCppSession
 
-    try:
-        path = default_gguf_path()
-    except SpecplanError as error:
-        pytest.skip(str(error))
+    path = default_gguf_or_skip()
     alone = LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False)
     return Backend("llama.cpp", alone, lambda count, n_ctx=256: SlotsTogether(path, count, n_ctx),
                    alone.tokenize(PROSE, True), loose=True)
