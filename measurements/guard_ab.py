@@ -22,6 +22,17 @@ from specplan.models.chat import encode_messages
 from specplan.runtime import build
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.fallback import ChainGrowth, FallbackGuard, GuardSettings
+from specplan.runtime.match_gate import MatchGate
+from specplan.planner.latency import LatencyTable, interpolate, nearest_curve
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+
+
+def interpolated(profile) -> LatencyTable:
+    """The target's T(1..64) read linearly between profiled widths (the variant interpolated-widths)."""
+    curve = nearest_curve(profile.target, None)
+    ms = (float("nan"),) + tuple(interpolate(curve, n).ms for n in range(1, LONGEST_LOOKUP_CHAIN + 2))
+    return LatencyTable(profile.target.id, curve.context, ms, curve.n[-1] + 1)
+
 
 plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 threads = int(os.environ.get("THREADS", "2"))  # llama.cpp's CPU threads
@@ -31,7 +42,8 @@ shared = runner.plain.target
 engines = {"plain": runner.plain}
 VARIANTS = {"guard": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
             "empty-not-counted": GuardSettings(count_empty_rounds=False), "unguarded": GuardSettings(enabled=False),
-            "full-first-chain": GuardSettings(), "no-match-gate": GuardSettings()}
+            "full-first-chain": GuardSettings(), "no-match-gate": GuardSettings(),
+            "interpolated-widths": GuardSettings()}
 chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["guard", "backoff-only", "unguarded"]
 for name in chosen:
     settings = VARIANTS[name]
@@ -42,6 +54,11 @@ for name in chosen:
     if name == "full-first-chain" and engine.growth is not None:
         growth = engine.growth
         engine.growth = ChainGrowth(growth.base, verify_ms=engine.guard.verify_ms, first=growth.base)
+    if name == "interpolated-widths":
+        table = interpolated(runner.profile)
+        engine.guard = FallbackGuard(settings, verify_ms=table)
+        engine.growth = ChainGrowth(engine.growth.base, verify_ms=table)
+        engine.stage.drafter.gate = MatchGate(engine.growth.base, table)
     if name == "no-match-gate":
         engine.stage.drafter.gate = None
     engines[name] = engine

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from specplan.core.profile import LatencyCurve, ModelEntry, Profile, batch_sizes
 
-from .latency import interpolate
+from .latency import padded
 
 
 def batch_view(profile: Profile, batch: int) -> Profile:
@@ -68,7 +68,7 @@ def derived_curve(curve: LatencyCurve, batch: int) -> LatencyCurve | None:
     widths = tuple(n for n in curve.n if batch * n <= curve.n[-1])
     if not widths:
         return None
-    ms = tuple(interpolate(curve, batch * n).ms for n in widths)
+    ms = tuple(padded(curve, batch * n).ms for n in widths)  # llama.cpp's kernels tile rows (latency.pads_to_buckets)
     return LatencyCurve(curve.context, widths, ms, "derived", batch)
 
 

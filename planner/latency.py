@@ -6,7 +6,9 @@ widths T is piecewise linear. Beyond the largest profiled width it is extrapolat
 from the last two points, and the result says so (``extrapolated``); more than twice the
 largest profiled width is refused (``inf``), so the solver never chooses a shape whose cost
 was not measured nearly. A model profiled with the compiled runtime pays for the bucket its
-forward is padded to, so its T is a step function over the profiled widths.
+forward is padded to, and a GGUF model (run by llama.cpp) pays at least for the next profiled width,
+its kernels computing the new tokens in tiles of rows: for both, T is a step function over the
+profiled widths (:func:`padded`, docs/planner-math.md section 7.1).
 
 References
 ----------
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from specplan.core.profile import LatencyCurve, ModelEntry
 
 REFUSE_FACTOR = 2  # n > REFUSE_FACTOR * largest profiled n  ->  inf
+GGUF = "gguf"  # the dtype a profile records for a GGUF file's model (models/load.py): llama.cpp runs it
 
 
 @dataclass(frozen=True)
@@ -133,15 +136,25 @@ def padded(curve: LatencyCurve, n: int) -> LatencyPoint:
 
 
 def pads_to_buckets(model: ModelEntry) -> bool:
-    """Whether the model's forwards run as compiled, width-bucketed graphs (a draft head is
-    always eager, whatever runtime profiled it)."""
-    return model.mode == "compiled" and not model.source.startswith("head:")
+    """Whether the model's T between profiled widths is the next profiled width's (:func:`padded`): its
+    forwards run as compiled, width-bucketed graphs (a draft head is always eager, whatever runtime
+    profiled it), or it is a GGUF file, run by llama.cpp, whose quantized matrix kernels compute the new
+    tokens in tiles of rows. There a width between profiled ones costs at least the next one's: the
+    1.5B Q4_K_M on the home EPYC (``measurements/dense_widths.py``) took 183 ms for 15 tokens and 156 for
+    16, 293 for 33 and 226 for 32 (docs/planner-math.md section 7.1), where linear interpolation read
+    155 and 242. The solver then drafts shapes whose verify width was profiled.
+
+    >>> pads_to_buckets(ModelEntry("target", "qwen", "", dtype="gguf")), pads_to_buckets(ModelEntry("t", "gpt2", ""))
+    (True, False)
+    """
+    compiled = model.mode == "compiled" and not model.source.startswith("head:")
+    return compiled or model.dtype == GGUF
 
 
 def latency_table(model: ModelEntry, context: int | None, max_n: int) -> LatencyTable | None:
     """Precompute T(1..max_n) for a model from its nearest curve; None without a curve.
 
-    A compiled model's T is a step function (:func:`padded`): a 5-node tree costs a forward of 8.
+    A compiled or GGUF model's T is a step function (:func:`padded`): a 5-node tree costs a forward of 8.
     """
     curve = nearest_curve(model, context)
     if curve is None:
