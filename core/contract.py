@@ -1,13 +1,18 @@
-"""A plan is a contract: it runs only where its profile was measured, on the same weights."""
+"""A plan is a contract: it runs only where its profile was measured, on the same weights.
+
+A plan written by ``specplan plan`` carries the part of its profile that running it reads
+(core/profile.py ``carried_part``); where the profile file is gone, that copy runs the plan, its sha256
+checked first (docs/formats.md, "plan.yaml")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from specplan.core.errors import PlanError, ProfileError
 from specplan.core.plan import Plan, load_plan
-from specplan.core.profile import DeviceInfo, Profile, load_profile
-from specplan.core.yamlio import file_sha256
+from specplan.core.profile import DeviceInfo, Profile, load_profile, profile_from_dict
+from specplan.core.yamlio import file_sha256, mapping_sha256
 
 
 def check_contract(plan: Plan, profile: Profile, profile_path: Path, device_info: DeviceInfo,
@@ -45,14 +50,20 @@ def check_weights(profile: Profile, target_fingerprint: str, force: bool) -> Non
 
 
 def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
-    """The plan, the profile it was solved from, and that profile's path."""
+    """The plan, the profile it was solved from, and that profile's path: the profile file where it is,
+    else the copy the plan carries (:func:`carried_profile`; the path is then the plan's own)."""
     plan = load_plan(plan_path)
     profile_path = Path(plan.profile_path)
     if not profile_path.is_absolute():
         profile_path = Path(plan_path).resolve().parent / profile_path
-    if not profile_path.is_file():
-        raise PlanError(f"plan refers to profile {profile_path}, which does not exist; re-run `specplan profile`")
-    profile = load_profile(profile_path)
+    if profile_path.is_file():
+        profile = load_profile(profile_path)
+    elif plan.carried_profile is not None:
+        profile, profile_path = carried_profile(plan, plan_path), Path(plan_path)
+        plan = replace(plan, profile_sha256="")  # no file to have changed: the copy was checked instead
+    else:
+        raise PlanError(f"plan refers to profile {profile_path}, which does not exist, and carries no copy of it "
+                        "(plans from `specplan plan` do); re-run `specplan plan` on the profile, or `specplan profile`")
     known = {model.id for model in profile.models} | {entry.id for entry in profile.retrieval}
     for stage in plan.stages:
         for name in (stage.drafter, stage.verifier):
@@ -62,6 +73,16 @@ def load_plan_and_profile(plan_path: str) -> tuple[Plan, Profile, Path]:
     if plan.target != profile.target.id:
         raise PlanError(f"plan's target {plan.target!r} is not the profile's target {profile.target.id!r}; re-run `specplan plan`")
     return plan, profile, profile_path
+
+
+def carried_profile(plan: Plan, plan_path: str) -> Profile:
+    """The profile copy ``plan`` carries, once its sha256 matches (PlanError naming the plan otherwise)."""
+    if mapping_sha256(plan.carried_profile) != plan.carried_sha256:
+        raise PlanError(f"{plan_path}: its `carried_profile` does not match its sha256 (edited?); re-run `specplan plan`")
+    try:
+        return profile_from_dict(plan.carried_profile)
+    except ProfileError as error:
+        raise PlanError(f"{plan_path}: carried_profile: {error}") from None
 
 
 def check_comparable(name: str, profile: Profile, reference: Profile) -> None:

@@ -194,6 +194,11 @@ class Plan:
     # the lengths a client's prediction drafts at, solved apart from the stages (core/prediction.py,
     # planner/prediction.py); None: the runtime keeps the fixed rule (core/prediction.py rule_lengths)
     prediction: PredictionLengths | None = None
+    # the part of the profile ``run`` reads (core/profile.py carried_part), as its YAML mapping, and that
+    # mapping's sha256 (core/yamlio.py mapping_sha256): what runs the plan where its profile file is not
+    # (core/contract.py load_plan_and_profile); None: the plan needs its profile file
+    carried_profile: dict[str, Any] | None = None
+    carried_sha256: str = ""
 
     def summary(self) -> str:
         return describe_stages(self.stages, self.target)
@@ -295,6 +300,7 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
         plan = replace(plan, adaptive=adaptive_from_dict(document.get("adaptive"), _stages))
         plan = replace(plan, schedule=schedule_from_dict(document.get("schedule"), _stages))
         plan = replace(plan, prediction=lengths_from_dict(document.get("prediction"), PlanError))
+        plan = replace(plan, **_carried_from_dict(document.get("carried_profile")))
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -305,6 +311,15 @@ def plan_from_dict(document: dict[str, Any]) -> Plan:
     for row in plan.schedule.rows if plan.schedule else ():
         _check_chain(plan, row.stages)
     return plan
+
+
+def _carried_from_dict(raw: Any) -> dict[str, Any]:
+    """The plan's ``carried_profile`` block (``sha256`` and ``profile``) as Plan fields; PlanError when malformed."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("profile"), dict) or not isinstance(raw.get("sha256"), str):
+        raise PlanError("`carried_profile` must hold `sha256` and a `profile` mapping; re-run `specplan plan`")
+    return {"carried_profile": raw["profile"], "carried_sha256": raw["sha256"]}
 
 
 def _stage_dicts(stages_in: tuple[Stage, ...]) -> list[dict[str, Any]]:
@@ -338,6 +353,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         document["schedule"] = schedule_to_dict(plan.schedule, _stage_dicts)
     if plan.prediction is not None:
         document["prediction"] = lengths_to_dict(plan.prediction)
+    if plan.carried_profile is not None:  # last: the plan's own fields read first
+        document["carried_profile"] = {"sha256": plan.carried_sha256, "profile": plan.carried_profile}
     return document
 
 

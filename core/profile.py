@@ -532,6 +532,15 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
     return document
 
 
+def carried_part(profile: Profile) -> Profile:
+    """What a plan carries of the profile it was solved from, so that the plan alone runs (``run``, ``serve``,
+    ``bench``, ``export``: core/contract.py ``load_plan_and_profile``): the device and numerics, every model's
+    latency curves and settings, the drafters, and the acceptance the planner re-costs a plan with; without
+    the per-prompt counts and a prediction's replay, which only ``plan`` reads (a few KB instead of up to 100)."""
+    acceptance = tuple(replace(entry, per_prompt=()) for entry in profile.acceptance)
+    return replace(profile, acceptance=acceptance, prediction=None)
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile; every error names the file."""
     document = read_document(path, "profile", ProfileError, PROFILE_VERSIONS)

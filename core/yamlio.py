@@ -115,6 +115,11 @@ def write_document(path: str | Path, document: dict[str, Any]) -> None:
     write_text_atomic(path, text)
 
 
+def mapping_sha256(document: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of a mapping's canonical YAML (keys sorted): the same mapping, however written, hashes alike."""
+    return "sha256:" + hashlib.sha256(yaml.safe_dump(document, sort_keys=True).encode()).hexdigest()
+
+
 def file_sha256(path: str | Path) -> str:
     """``sha256:<hex>`` of a file's bytes."""
     return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specplan.core.profile import LatencyCurve, ModelEntry
 
@@ -149,6 +149,23 @@ def pads_to_buckets(model: ModelEntry) -> bool:
     """
     compiled = model.mode == "compiled" and not model.source.startswith("head:")
     return compiled or model.dtype == GGUF
+
+
+def linear_widths(model: ModelEntry) -> ModelEntry:
+    """``model`` with each batch-1 curve densified to every width up to its largest, read linearly between
+    the profiled ones (:func:`interpolate`): how T was read before a GGUF model's widths were read as steps
+    (:func:`pads_to_buckets`), for re-checking plans solved then (planner/recheck.py).
+
+    >>> entry = ModelEntry("target", "qwen", "", dtype="gguf", latency=(LatencyCurve(256, (1, 4), (10.0, 16.0)),))
+    >>> latency_table(entry, None, 3).ms[1:], latency_table(linear_widths(entry), None, 3).ms[1:]
+    ((10.0, 16.0, 16.0), (10.0, 12.0, 14.0))
+    """
+    if model.dtype != GGUF:
+        return model
+    curves = tuple(replace(curve, n=tuple(range(1, curve.n[-1] + 1)),
+                           ms=tuple(interpolate(curve, n).ms for n in range(1, curve.n[-1] + 1)))
+                   if curve.batch == 1 else curve for curve in model.latency)
+    return replace(model, latency=curves)
 
 
 def latency_table(model: ModelEntry, context: int | None, max_n: int) -> LatencyTable | None:

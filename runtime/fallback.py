@@ -47,9 +47,10 @@ PLAIN_PROBE = 3  # plain rounds that measure plain decoding in each request (thr
 GROWTH_GAIN = 0.6
 # A fresh match's first chain (ChainGrowth.first) verifies in at most this many plain tokens' time, so that a
 # coincidental match costs about five plain tokens instead of twelve. Replayed over the pair's greedy answers on
-# the home EPYC's T(n) (measurements/first_chain.py, docs/planner-math.md section 12.5), the chain this gives
+# the home EPYC's T(n) (measurements/first_chain.py, docs/planner-math.md section 12.5), the chain this gave
 # (16) took Spec-Bench from 0.940x to 0.977x of plain decoding, cost HumanEval 4% (2.36x against 2.46x) and
-# left humaneval-edit as it was (2.09x against 2.08x).
+# left humaneval-edit as it was (2.09x against 2.08x). With T read as steps between profiled widths
+# (planner/latency.py) it gives 15, a verify of 16 tokens: 146-156 ms there against 177 for 17.
 FIRST_CHAIN_PLAIN_TOKENS = 6
 # No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
 # plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):

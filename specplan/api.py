@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specplan.core.contract import check_batchable, load_plan_and_profile
 from specplan.core.errors import PlanError, SpecplanError
 from specplan.core.plan import Plan, Stage, load_plan
-from specplan.core.profile import Profile, load_profile
+from specplan.core.profile import Profile, carried_part, load_profile, profile_to_dict
 from specplan.core.prompts import Prompt
 from specplan.core.quiet import quiet_import_noise
 from specplan.core.runtime_modes import EAGER, RuntimeMode
-from specplan.core.yamlio import file_sha256
+from specplan.core.yamlio import file_sha256, mapping_sha256
 from specplan.planner import PlanOptions, PlanResult, solve_plan
 from specplan.planner.options import RUNTIME_MAX_STAGES, runtime_options
 from specplan.planner.solve import plan_for_candidate
@@ -100,6 +100,7 @@ def solve_plan_file(profile: Profile, profile_path: Path, plan_path: Path, optio
     from specplan.planner.adaptive_plan import make_adaptive
     from specplan.planner.batched_scope import batched_scope
 
+    carried = profile_to_dict(carried_part(profile))  # what runs the plan without its profile file (core/contract.py)
     if batched:
         profile, options = batched_scope(profile, options)
     relative = os.path.relpath(profile_path.resolve(), plan_path.resolve().parent)
@@ -108,6 +109,7 @@ def solve_plan_file(profile: Profile, profile_path: Path, plan_path: Path, optio
     plan, scheduled = _scheduled(solution.plan, profile, options, batches)
     if adaptive:
         plan = make_adaptive(plan, solution.result.candidates, profile)
+    plan = replace(plan, carried_profile=carried, carried_sha256=mapping_sha256(carried))
     return Solution(plan, solution.result, scheduled)
 
 

@@ -16,6 +16,8 @@ sequence) and dequantisation tile (64 rows) were held against published GPU resu
 bandwidth floor pays for wider trees, so the H100 plans for SmolLM2 grew from 9-15 to 24-64 nodes.
 Every plan was rewritten a third time when the solver began recording its floor (``solver.floor``,
 docs/planner-math.md section 9.1): loaded as YAML, each new plan less that key equals the old one.
+Plans now end with the copy of their profile that runs them without the profile file
+(``carried_profile``, core/contract.py); it is compared apart, with the profile it copies.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 import pytest
 
 from specplan.cli.main import main
+from specplan.core.plan import load_plan
+from specplan.core.profile import carried_part, load_profile, profile_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden_plans"
@@ -38,7 +42,8 @@ ARGUMENTS = {"plan": [], "stages2": ["--stages", "2"], "h100": ["--sku", "h100-s
 
 
 def _normalised(path: Path) -> str:
-    return SECONDS.sub("seconds: <wall time>", path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8").split("\ncarried_profile:")[0].rstrip("\n") + "\n"
+    return SECONDS.sub("seconds: <wall time>", text)
 
 
 @pytest.mark.parametrize("profile, name", CASES)
@@ -47,6 +52,9 @@ def test_plan_matches_the_plan_written_before_the_refactor(profile, name, tmp_pa
     monkeypatch.chdir(tmp_path)
     assert main(["plan", "profile.yaml", "-o", f"{name}.yaml", *ARGUMENTS[name]]) == 0
     assert _normalised(tmp_path / f"{name}.yaml") == _normalised(GOLDEN / profile / f"{name}.yaml")
+    carried = load_plan(tmp_path / f"{name}.yaml").carried_profile
+    if name != "h100":  # a SKU's plan runs on a roofline profile of another device: nothing to carry
+        assert carried == profile_to_dict(carried_part(load_profile(tmp_path / "profile.yaml")))
     if name == "h100":
         assert _normalised(tmp_path / "roofline-profile.yaml") == _normalised(GOLDEN / profile / "roofline-profile.yaml")
 
