@@ -5,7 +5,8 @@ serves more tokens a second than taking turns on one slot.
 The plan is opened as ``serve --parallel 2`` opens it (two slot engines over one shared context). For each
 pair of evaluation prompts (in a rotating order): ``together``, each prompt in a thread of its own inside
 the batcher's ``request``, the main thread stepping the batcher; ``turns``, the two prompts one after
-another on the first slot's engine. Prints per pair the tokens, wall seconds (prefill included), the
+another on the first slot's engine; ``alone``, the two one after another on the engine ``serve --parallel 1``
+runs (a context of its own, one sequence). Prints per pair the tokens, wall seconds (prefill included), the
 batcher's steps and the joint ones (two requests' extends in one decode) with their widths and ms; last,
 each mode's pooled tokens a second.
 
@@ -64,24 +65,27 @@ def main() -> None:
     plan, workload, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     runner = Runner.open(plan, threads=int(os.environ.get("THREADS", "2")), parallel=2).plan_runner
     engines, batcher = runner.slot_engines(2), runner.target.sessions.batcher
+    alone = Runner.open(plan, threads=int(os.environ.get("THREADS", "2"))).plan_runner.engine
     tokenizer = runner.target.tokenizer
     prompts = [encode_messages(tokenizer, [{"role": "user", "content": prompt.text}])
                for prompt in stratified(workload_split(workload, "evaluation"), 2 * pairs)]
     steps: list = []
     logged_steps(steps)
     sampling = SamplingConfig()
-    for engine in engines:  # warm-up
+    for engine in engines + [alone]:  # warm-up
         engine.generate(prompts[0][:40], 4, sampling)
-    totals = {"together": [0, 0.0], "turns": [0, 0.0]}
+    totals = {"together": [0, 0.0], "turns": [0, 0.0], "alone": [0, 0.0]}
+    modes = tuple(totals)
     for index in range(pairs):
         pair = (prompts[2 * index], prompts[2 * index + 1])
-        for mode in ("together", "turns") if index % 2 == 0 else ("turns", "together"):
+        for mode in modes[index % 3:] + modes[:index % 3]:
             steps.clear()
             started = time.perf_counter()
             if mode == "together":
                 results = together(engines, batcher, pair, sampling)
             else:
-                results = [engines[0].generate(ids, TOKENS, sampling) for ids in pair]
+                engine = engines[0] if mode == "turns" else alone
+                results = [engine.generate(ids, TOKENS, sampling) for ids in pair]
             wall = time.perf_counter() - started
             tokens = sum(len(result.token_ids) for result in results)
             totals[mode][0] += tokens

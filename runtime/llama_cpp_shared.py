@@ -22,6 +22,14 @@ vocabulary entries; docs/backends.md's table): a slot's cells placed after anoth
 whatever those held. So only fast numerics run here: lossless up to near-ties, as docs/backends.md
 ("What lossless means here") defines it. One thread decodes, the batcher's: llama.cpp's OpenMP
 team belongs to the thread that calls it (serve/worker.py).
+
+Wide verifies (runtime/llama_cpp_wide.py): where the plan verifies ``wide_from`` tokens or more at once,
+the shared context has a second one over the GGUF loaded without repacking (``SharedContext.wide``), with
+the same slots. A slot session decodes its long chain extends there, its committed sequence copied
+between the two contexts when one lags (:meth:`SlotSession._copy`), as a session alone does; the batcher
+decodes each context's waiting extends together. Without it every slot verified its chains of 64 on
+repacked weights: the edit plan served 38.8 tok/s in a slot against 47.9 alone, and 37.6 alone without
+its wide copy (``measurements/batched_turns.py``; docs/results.md, "Serving over HTTP").
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import numpy as np
 from specplan.core.errors import ModelError, SpecplanError
 from specplan.runtime.llama_cpp_session import (BATCH, LlamaCppSession, _llama_cpp, _prepare_backend, context_params,
                                                 fill_batch, load_model, logits_view)
+from specplan.runtime.llama_cpp_wide import StateBuffer
 
 LLAMA_MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may hold
 
@@ -147,7 +156,7 @@ class SharedContext:
     with ``n_ctx`` cells and ``LLAMA_MAX_SEQUENCES // slots`` sequence ids (fast numerics)."""
 
     def __init__(self, model_path: str | Path, slots: int, n_ctx: int, threads: int, batcher: Batcher,
-                 verbose: bool = False, flash_off: bool = False):
+                 verbose: bool = False, flash_off: bool = False, wide_from: int = 0, repack: bool = True):
         self.llama = _llama_cpp()
         _prepare_backend(self.llama, verbose)
         self.ids_per_slot = LLAMA_MAX_SEQUENCES // slots
@@ -156,7 +165,7 @@ class SharedContext:
         self.model_path, self.n_ctx, self.threads, self.batcher = Path(model_path), n_ctx, threads, batcher
         self.flash_off = flash_off
         self.model = self.context = self.batch = None
-        self.model = load_model(self.llama, self.model_path, exact=False)
+        self.model = load_model(self.llama, self.model_path, exact=False, repack=repack)
         params = context_params(self.llama, n_ctx * slots, self.ids_per_slot * slots, threads, False, flash_off)
         self.context = self.llama.llama_init_from_model(self.model, params)
         if not self.context:
@@ -170,6 +179,14 @@ class SharedContext:
         self.slots = slots
         self._free = list(range(slots))
         self._views: dict[tuple[int, int], np.ndarray] = {}
+        # chain extends of wide_from tokens or more decode in a context over the unrepacked weights (module docstring)
+        self.wide_from, self.wide = wide_from, None
+        if wide_from > 0:
+            try:
+                self.wide = SharedContext(model_path, slots, n_ctx, threads, batcher, verbose, flash_off, repack=False)
+            except Exception:
+                self.close()
+                raise
 
     def session(self) -> "SlotSession":
         """A session over a free slot; SpecplanError when every slot is taken."""
@@ -181,9 +198,10 @@ class SharedContext:
     def release(self, slot: int) -> None:
         """Free the cells of ``slot``'s sequences and let another session take it."""
         with self.batcher.cache_lock:
-            if self.memory is not None:
-                for sequence in range(slot * self.ids_per_slot, (slot + 1) * self.ids_per_slot):
-                    self.llama.llama_memory_seq_rm(self.memory, sequence, -1, -1)
+            for shared in (self, self.wide) if self.wide is not None else (self,):
+                if shared.memory is not None:
+                    for sequence in range(slot * self.ids_per_slot, (slot + 1) * self.ids_per_slot):
+                        self.llama.llama_memory_seq_rm(shared.memory, sequence, -1, -1)
             self._free.append(slot)
 
     def decode_together(self, submissions: list[Submission]) -> None:
@@ -232,7 +250,10 @@ class SharedContext:
         return True
 
     def close(self) -> None:
-        """Free the batch, the context and the model (safe to call twice)."""
+        """Free the batch, the context and the model, and the wide copy's (safe to call twice)."""
+        if getattr(self, "wide", None) is not None:
+            self.wide.close()
+            self.wide = None
         if self.batch is not None:
             self.llama.llama_batch_free(self.batch)
             self.batch = None
@@ -246,15 +267,16 @@ class SharedContext:
 
 class LockedCache:
     """llama-cpp-python's module as a slot session calls it: every ``llama_memory_*`` call (keep, trim,
-    reset: cache edits) holds the batcher's cache lock, so no two slots edit the shared cache at once
-    and none edits it during a decode (a request may start while the others' round decodes)."""
+    reset: cache edits) and ``llama_state_seq_*`` call (a sequence copied to or from the wide context)
+    holds the batcher's cache lock, so no two slots edit the shared cache at once and none edits it
+    during a decode (a request may start while the others' round decodes)."""
 
     def __init__(self, llama, lock: threading.Lock):
         self._llama, self._lock = llama, lock
 
     def __getattr__(self, name: str):
         value = getattr(self._llama, name)
-        if not name.startswith("llama_memory_"):
+        if not name.startswith(("llama_memory_", "llama_state_seq_")):
             return value
 
         def locked(*args):
@@ -280,17 +302,19 @@ class SlotSession(LlamaCppSession):
         self.threads = shared.threads
         self.exact = False
         self.flash_off = shared.flash_off
-        self.wide_from = 0
+        self.wide_from = shared.wide_from if shared.wide is not None else 0
         self._model, self._context, self._memory = shared.model, shared.context, shared.memory
-        self._batch = self._wide = None
+        self._batch = None
+        self._wide = SlotWide(self._llama, shared.wide, self.committed) if shared.wide is not None else None
         self._vocab, self._vocab_size = shared.vocab, shared.vocab_size
         self.n_ctx = shared.n_ctx
         self._start_bookkeeping()
 
     def _decode(self, context, tokens, positions, sequence_ids, read=None):
-        """The extend's decode, together with the other requests' (:class:`Batcher`)."""
+        """The extend's decode, together with the other requests' in the same context (:class:`Batcher`)."""
         submission = Submission(tokens, positions, sequence_ids, read)
-        self._shared.batcher.submit(self._shared, submission)
+        shared = self._shared.wide if self._wide is not None and context is self._wide.context else self._shared
+        self._shared.batcher.submit(shared, submission)
         if submission.error is not None:
             self._undo_extend()
             raise submission.error
@@ -302,6 +326,22 @@ class SlotSession(LlamaCppSession):
         """Free what an extend that raised left: its path sequences and cells past the cached tokens."""
         self._drop_path_sequences()
         self._llama.llama_memory_seq_rm(self._memory, self.committed, len(self.cached), -1)
+        if self._wide is not None:
+            self._llama.llama_memory_seq_rm(self._wide.memory, self.committed, len(self.cached), -1)
+
+    def _copy(self, source, destination) -> None:
+        """Copy this slot's committed sequence from ``source`` to ``destination`` (the shared context and its
+        wide copy), replacing what ``destination`` held of it; the other slots' cells stay."""
+        try:
+            copy_sequence(self._llama, source, destination, self.committed, self._state_buffer)
+        except SpecplanError as error:
+            self.reset()
+            raise SpecplanError(f"{error}; the session was reset") from None
+        if destination is self._context:
+            self._held = self._wide.held
+        else:
+            self._wide.held = self._held
+        self.copies += 1
 
     def _clear_cache(self) -> None:
         """Free this slot's cells only (the other slots' requests go on)."""
@@ -313,6 +353,36 @@ class SlotSession(LlamaCppSession):
         if self._context is not None:
             self._shared.release(self.slot)
         self._context = self._memory = self._model = None
+
+
+def copy_sequence(llama, source, destination, sequence: int, buffer: StateBuffer) -> None:
+    """Make ``destination``'s ``sequence`` hold exactly ``source``'s (``llama_state_seq_get_data`` / ``set_data``:
+    the keys and values copied as they are); the other sequences' cells stay."""
+    size = llama.llama_state_seq_get_size(source, sequence)
+    state = buffer.of_size(size)
+    written = llama.llama_state_seq_get_data(source, state, size, sequence)
+    llama.llama_memory_seq_rm(llama.llama_get_memory(destination), sequence, -1, -1)
+    if written != size or llama.llama_state_seq_set_data(destination, state, size, sequence) != size:
+        raise SpecplanError(f"llama.cpp could not copy sequence {sequence} of the cache")
+
+
+class SlotWide:
+    """A slot session's view of the shared wide context (as :class:`~specplan.runtime.llama_cpp_wide.WideContext`
+    is a session's own): its committed ``sequence`` there, ``held`` tokens of it."""
+
+    def __init__(self, llama, wide: SharedContext, sequence: int):
+        self._llama, self.sequence = llama, sequence
+        self.context, self.memory = wide.context, wide.memory
+        self.held = 0
+
+    def trim(self, length: int) -> None:
+        if length < self.held:
+            self._llama.llama_memory_seq_rm(self.memory, self.sequence, length, -1)
+            self.held = length
+
+    def clear(self) -> None:
+        self._llama.llama_memory_seq_rm(self.memory, self.sequence, -1, -1)
+        self.held = 0
 
 
 class SharedModels:
@@ -327,7 +397,7 @@ class SharedModels:
         self.batcher = Batcher()
         self._contexts: dict[Path, SharedContext] = {}
 
-    def __call__(self, gguf: str | Path, exact: bool, flash_off: bool = False) -> SlotSession:
+    def __call__(self, gguf: str | Path, exact: bool, flash_off: bool = False, wide_from: int = 0) -> SlotSession:
         if exact:
             raise SpecplanError("several requests decode together only with fast numerics (their rows are batched); "
                                 "this plan's profile runs exact numerics: re-profile with --numerics fast, or serve "
@@ -335,7 +405,7 @@ class SharedModels:
         path = Path(gguf).resolve()
         if path not in self._contexts:
             self._contexts[path] = SharedContext(path, self.slots, self.n_ctx, self.threads, self.batcher,
-                                                 flash_off=flash_off)
+                                                 flash_off=flash_off, wide_from=wide_from)
         return self._contexts[path].session()
 
     def close(self) -> None:

@@ -58,7 +58,7 @@ def llama_cpp_session(gguf: str | Path, target: LoadedModel, exact: bool, wide_f
     from specplan.runtime.llama_cpp_session import LlamaCppSession
 
     if target.sessions is not None:  # several requests decode together (runtime/llama_cpp_shared.py)
-        return target.sessions(gguf, exact, flash_off)
+        return target.sessions(gguf, exact, flash_off, wide_from)
     return LlamaCppSession(gguf, n_ctx=LLAMA_CPP_CONTEXT, threads=target.threads or None, exact=exact,
                            wide_from=wide_from, flash_off=flash_off, max_tree_paths=max(TREE_PATHS, target.tree_paths))
 
@@ -82,9 +82,10 @@ class LlamaCppBackend(Backend):
     def open_target(self, plan: Plan, profile: Profile, device: torch.device, threads: int = 0,
                     sessions=None) -> LoadedModel:
         """The GGUF file with the run's threads and the profile's numerics and flash attention; a wide copy
-        where the plan reaches it (none when ``sessions`` share contexts), room for the plan's tree paths."""
+        where the plan reaches it (shared by the slots where ``sessions`` share contexts), room for the plan's tree
+        paths."""
         return replace(load_gguf_model(profile.target.source, threads, exact=profile.exact),
-                       wide_from=0 if sessions else wide_verify_width(plan, profile), sessions=sessions,
+                       wide_from=wide_verify_width(plan, profile), sessions=sessions,
                        flash_off=profile.target.flash_attention == "off", tree_paths=llama_cpp_tree_paths(plan))
 
     def for_plan(self, target: LoadedModel, plan: Plan, profile: Profile) -> LoadedModel:

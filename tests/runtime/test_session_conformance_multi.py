@@ -146,12 +146,12 @@ class SlotsTogether(Together):
     """One llama.cpp slot session per sequence in one shared context; each round's calls run on the
     sequences' own threads, inside the batcher's requests, and decode in one batched step."""
 
-    def __init__(self, gguf, count: int, n_ctx: int):
+    def __init__(self, gguf, count: int, n_ctx: int, wide_from: int = 0):
         from specplan.runtime.llama_cpp_shared import SharedModels
 
         super().__init__(count)
         self.models = SharedModels(count, n_ctx, threads=1)  # 1 thread: a shared 2-core box
-        self.sessions = [self.models(gguf, False) for _ in range(count)]
+        self.sessions = [self.models(gguf, False, False, wide_from) for _ in range(count)]
         self.shared = self.sessions[0]._shared
 
     def cached(self, index):
@@ -514,3 +514,36 @@ def test_llama_cpp_advance_extend_and_best_tokens_share_a_step(backend):
                      ("extend", (texts[2][25:29],))])
         group.extend([text[40:43] for text in texts])
         assert_each_as_alone(backend, group)
+
+
+# ---- (6) long chains on the shared wide copy ---------------------------------------------------------
+
+WIDE_FROM = 8
+
+
+def test_llama_cpp_slots_decode_long_chains_on_the_shared_unrepacked_copy():
+    """With a wide copy (runtime/llama_cpp_shared.py ``SharedContext.wide``), chain extends of ``WIDE_FROM``
+    tokens or more decode in the context over the unrepacked weights, each slot's committed sequence copied
+    between the two contexts when one lags; in one step a wide extend of one sequence and a short one of
+    another decode each in its context. Each sequence's rows, through a prefill, plain rounds, a chain kept
+    in part and a trim, are those of a session alone with its own wide copy (fast numerics)."""
+    from specplan.runtime.llama_cpp_session import LlamaCppSession
+
+    path = default_gguf_or_skip()
+    alone = LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False, wide_from=WIDE_FROM)
+    backend = Backend("llama.cpp-wide", alone, lambda count, n_ctx=256: SlotsTogether(path, count, n_ctx, WIDE_FROM),
+                      alone.tokenize(PROSE, True), loose=True)
+    first, second = prompts(backend, 2)
+    try:
+        with backend.together(2) as group:
+            group.extend([first[:40], second[:12]])  # both prefills wide
+            group.extend([[int(group.last_rows(index)[-1].argmax())] for index in range(2)])  # both copied back
+            group.extend([first[50:60], second[50:53]])  # one wide, one not: two contexts in one step
+            group.keep({0: [0, 1, 2, 3]})  # the wide chain kept in part: trimmed in both contexts
+            group.extend([first[60:61], second[53:63]])
+            group.trim({1: 20})
+            group.extend([first[61:70], second[20:30]])
+            assert all(session.copies >= 2 for session in group.sessions)  # the wide context was used both ways
+            assert_each_as_alone(backend, group)
+    finally:
+        alone.close()
