@@ -23,15 +23,13 @@ from specplan.runtime import build
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.fallback import ChainGrowth, FallbackGuard, GuardSettings
 from specplan.runtime.match_gate import MatchGate
-from specplan.planner.latency import LatencyTable, interpolate, nearest_curve
+from specplan.planner.latency import latency_table, linear_widths
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 
 
-def interpolated(profile) -> LatencyTable:
+def interpolated(profile):
     """The target's T(1..64) read linearly between profiled widths (the variant interpolated-widths)."""
-    curve = nearest_curve(profile.target, None)
-    ms = (float("nan"),) + tuple(interpolate(curve, n).ms for n in range(1, LONGEST_LOOKUP_CHAIN + 2))
-    return LatencyTable(profile.target.id, curve.context, ms, curve.n[-1] + 1)
+    return latency_table(linear_widths(profile.target), None, LONGEST_LOOKUP_CHAIN + 1)
 
 
 plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

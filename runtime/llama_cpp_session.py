@@ -507,7 +507,7 @@ class LlamaCppSession(Session):
         own context, no junk and no path sequence. On failure the session is reset and a one-line
         SpecplanError raised."""
         try:
-            copy_committed(self._llama, source, destination, self._state_buffer)
+            self._copy_state(source, destination)
         except SpecplanError as error:
             self.reset()
             raise SpecplanError(f"{error}; the session was reset") from None
@@ -518,6 +518,10 @@ class LlamaCppSession(Session):
             self._wide.held = held
         if source is not destination:
             self.copies += 1
+
+    def _copy_state(self, source, destination) -> None:
+        """The copy :meth:`_copy` makes: sequence 0 alone in ``destination`` (this session owns both contexts)."""
+        copy_committed(self._llama, source, destination, self._state_buffer)
 
     def _make_room(self, past: int, count: int, compact: bool = True) -> None:
         """One-line SpecplanError when ``count`` more cells cannot fit beside ``past`` cached ones;

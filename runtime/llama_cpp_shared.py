@@ -26,7 +26,7 @@ team belongs to the thread that calls it (serve/worker.py).
 Wide verifies (runtime/llama_cpp_wide.py): where the plan verifies ``wide_from`` tokens or more at once,
 the shared context has a second one over the GGUF loaded without repacking (``SharedContext.wide``), with
 the same slots. A slot session decodes its long chain extends there, its committed sequence copied
-between the two contexts when one lags (:meth:`SlotSession._copy`), as a session alone does; the batcher
+between the two contexts when one lags (:meth:`SlotSession._copy_state`), as a session alone does; the batcher
 decodes each context's waiting extends together. Without it every slot verified its chains of 64 on
 repacked weights: the edit plan served 38.8 tok/s in a slot against 47.9 alone, and 37.6 alone without
 its wide copy (``measurements/batched_turns.py``; docs/results.md, "Serving over HTTP").
@@ -46,7 +46,7 @@ import numpy as np
 from specplan.core.errors import ModelError, SpecplanError
 from specplan.runtime.llama_cpp_session import (BATCH, LlamaCppSession, _llama_cpp, _prepare_backend, context_params,
                                                 fill_batch, load_model, logits_view)
-from specplan.runtime.llama_cpp_wide import StateBuffer
+from specplan.runtime.llama_cpp_wide import WideView, copy_sequence
 
 LLAMA_MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may hold
 
@@ -302,10 +302,11 @@ class SlotSession(LlamaCppSession):
         self.threads = shared.threads
         self.exact = False
         self.flash_off = shared.flash_off
-        self.wide_from = shared.wide_from if shared.wide is not None else 0
+        self.wide_from = shared.wide_from
         self._model, self._context, self._memory = shared.model, shared.context, shared.memory
         self._batch = None
-        self._wide = SlotWide(self._llama, shared.wide, self.committed) if shared.wide is not None else None
+        wide = shared.wide
+        self._wide = WideView(self._llama, wide.context, wide.memory, self.committed) if wide is not None else None
         self._vocab, self._vocab_size = shared.vocab, shared.vocab_size
         self.n_ctx = shared.n_ctx
         self._start_bookkeeping()
@@ -329,19 +330,10 @@ class SlotSession(LlamaCppSession):
         if self._wide is not None:
             self._llama.llama_memory_seq_rm(self._wide.memory, self.committed, len(self.cached), -1)
 
-    def _copy(self, source, destination) -> None:
-        """Copy this slot's committed sequence from ``source`` to ``destination`` (the shared context and its
-        wide copy), replacing what ``destination`` held of it; the other slots' cells stay."""
-        try:
-            copy_sequence(self._llama, source, destination, self.committed, self._state_buffer)
-        except SpecplanError as error:
-            self.reset()
-            raise SpecplanError(f"{error}; the session was reset") from None
-        if destination is self._context:
-            self._held = self._wide.held
-        else:
-            self._wide.held = self._held
-        self.copies += 1
+    def _copy_state(self, source, destination) -> None:
+        """This slot's committed sequence alone, copied between the shared context and its wide copy: the
+        other slots' cells stay (a slot never compacts: its cells need not stay in order)."""
+        copy_sequence(self._llama, source, destination, self._state_buffer, self.committed)
 
     def _clear_cache(self) -> None:
         """Free this slot's cells only (the other slots' requests go on)."""
@@ -353,36 +345,6 @@ class SlotSession(LlamaCppSession):
         if self._context is not None:
             self._shared.release(self.slot)
         self._context = self._memory = self._model = None
-
-
-def copy_sequence(llama, source, destination, sequence: int, buffer: StateBuffer) -> None:
-    """Make ``destination``'s ``sequence`` hold exactly ``source``'s (``llama_state_seq_get_data`` / ``set_data``:
-    the keys and values copied as they are); the other sequences' cells stay."""
-    size = llama.llama_state_seq_get_size(source, sequence)
-    state = buffer.of_size(size)
-    written = llama.llama_state_seq_get_data(source, state, size, sequence)
-    llama.llama_memory_seq_rm(llama.llama_get_memory(destination), sequence, -1, -1)
-    if written != size or llama.llama_state_seq_set_data(destination, state, size, sequence) != size:
-        raise SpecplanError(f"llama.cpp could not copy sequence {sequence} of the cache")
-
-
-class SlotWide:
-    """A slot session's view of the shared wide context (as :class:`~specplan.runtime.llama_cpp_wide.WideContext`
-    is a session's own): its committed ``sequence`` there, ``held`` tokens of it."""
-
-    def __init__(self, llama, wide: SharedContext, sequence: int):
-        self._llama, self.sequence = llama, sequence
-        self.context, self.memory = wide.context, wide.memory
-        self.held = 0
-
-    def trim(self, length: int) -> None:
-        if length < self.held:
-            self._llama.llama_memory_seq_rm(self.memory, self.sequence, length, -1)
-            self.held = length
-
-    def clear(self) -> None:
-        self._llama.llama_memory_seq_rm(self.memory, self.sequence, -1, -1)
-        self.held = 0
 
 
 class SharedModels:

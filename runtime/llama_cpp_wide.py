@@ -37,28 +37,58 @@ class StateBuffer:
         return self._array
 
 
-def copy_committed(llama, source, destination, buffer: StateBuffer) -> None:
-    """Make ``destination``'s cache hold exactly ``source``'s sequence 0, in consecutive cells
-    (``llama_state_seq_get_data`` / ``set_data``: the keys and values copied as they are); every
-    other cell of ``destination`` is freed. ``source`` may be ``destination`` (a compaction)."""
-    size = llama.llama_state_seq_get_size(source, COMMITTED)
+def copy_sequence(llama, source, destination, buffer: StateBuffer, sequence: int = COMMITTED,
+                  free_others: bool = False) -> None:
+    """Make ``destination``'s ``sequence`` hold exactly ``source``'s (``llama_state_seq_get_data`` / ``set_data``:
+    the keys and values copied as they are, in consecutive cells); with ``free_others`` every other cell of
+    ``destination`` is freed, else only what ``sequence`` held there. ``source`` may be ``destination``
+    (a compaction, with ``free_others``)."""
+    size = llama.llama_state_seq_get_size(source, sequence)
     state = buffer.of_size(size)
-    written = llama.llama_state_seq_get_data(source, state, size, COMMITTED)
-    llama.llama_memory_clear(llama.llama_get_memory(destination), True)
-    if written != size or llama.llama_state_seq_set_data(destination, state, size, COMMITTED) != size:
-        raise SpecplanError("llama.cpp could not copy sequence 0 of the cache")
+    written = llama.llama_state_seq_get_data(source, state, size, sequence)
+    if free_others:
+        llama.llama_memory_clear(llama.llama_get_memory(destination), True)
+    else:
+        llama.llama_memory_seq_rm(llama.llama_get_memory(destination), sequence, -1, -1)
+    if written != size or llama.llama_state_seq_set_data(destination, state, size, sequence) != size:
+        raise SpecplanError(f"llama.cpp could not copy sequence {sequence} of the cache")
 
 
-class WideContext:
+def copy_committed(llama, source, destination, buffer: StateBuffer) -> None:
+    """Make ``destination``'s cache hold exactly ``source``'s sequence 0 (:func:`copy_sequence`); every other
+    cell of ``destination`` is freed. ``source`` may be ``destination`` (a compaction)."""
+    copy_sequence(llama, source, destination, buffer, COMMITTED, free_others=True)
+
+
+class WideView:
+    """A session's committed ``sequence`` in the context over the unrepacked weights (``context``,
+    ``memory``): ``held``, how many of the session's committed tokens it holds there (exactly those,
+    at positions 0 .. held - 1). A slot session's view of a shared wide context is one of these
+    (runtime/llama_cpp_shared.py); a session alone owns its :class:`WideContext`."""
+
+    def __init__(self, llama, context, memory, sequence: int = COMMITTED) -> None:
+        self._llama, self.context, self.memory, self.sequence = llama, context, memory, sequence
+        self.held = 0
+
+    def trim(self, length: int) -> None:
+        """Drop the sequence's cells from position ``length`` on."""
+        if length < self.held:
+            self._llama.llama_memory_seq_rm(self.memory, self.sequence, length, -1)
+            self.held = length
+
+    def clear(self) -> None:
+        """Free the sequence's cells."""
+        self._llama.llama_memory_seq_rm(self.memory, self.sequence, -1, -1)
+        self.held = 0
+
+
+class WideContext(WideView):
     """A session's second copy of its GGUF (``model``, loaded without repacking; freed with this)
-    and one context over it (one sequence), for the session's wide chain extends; ``held``: how
-    many of the session's committed tokens its sequence 0 holds (exactly those, at positions
-    0 .. held - 1)."""
+    and one context over it (one sequence), for the session's wide chain extends."""
 
     def __init__(self, llama, model, params) -> None:
         """Create a context with ``params`` over ``model``; ModelError (one line) when llama.cpp cannot."""
-        self._llama = llama
-        self.held = 0
+        super().__init__(llama, None, None)
         self.model = model
         self.context = llama.llama_init_from_model(model, params)
         if not self.context:
@@ -66,12 +96,6 @@ class WideContext:
             raise ModelError("llama.cpp could not create the context of the unrepacked copy for wide verifies; "
                              "lower n_ctx, or profile without wide verifies")
         self.memory = llama.llama_get_memory(self.context)
-
-    def trim(self, length: int) -> None:
-        """Drop the cells of sequence 0 from position ``length`` on."""
-        if length < self.held:
-            self._llama.llama_memory_seq_rm(self.memory, COMMITTED, length, -1)
-            self.held = length
 
     def clear(self) -> None:
         """Free every cell."""
