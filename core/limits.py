@@ -39,3 +39,17 @@ def check_count(value: object, name: str, low: int, high: int) -> int:
     if not low <= integer <= high:
         raise ValueError(f"{name} = {integer} is out of range; use {low} to {high}")
     return integer
+
+
+def grown_chain(chain: int, longest: int = LONGEST_LOOKUP_CHAIN) -> int:
+    """The chain after one that was accepted whole (a lookup's, runtime/fallback.py ``ChainGrowth``, and a
+    prediction's, runtime/drafters/prediction.py; docs/planner-math.md sections 12.5 and 12.6): its verify
+    width doubles, ``c + 1 -> 2 (c + 1)``, up to ``longest``. Doubling the width rather than the chain keeps
+    every verify on a width the profile times (2, 4, 8, 16, 32, 64 from a chain of 1; 16, 32, 64 from 15):
+    llama.cpp's quantized kernels compute rows in tiles, so a chain of 16 (a verify of 17) costs a tile more
+    than one of 15 (docs/results.md, "llama.cpp's T(n) between profiled widths").
+
+    >>> [grown_chain(chain) for chain in (1, 3, 7, 15, 31, 63)], grown_chain(12), grown_chain(5, longest=8)
+    ([3, 7, 15, 31, 63, 63], 25, 8)
+    """
+    return min(2 * chain + 1, max(chain, longest))

@@ -22,9 +22,15 @@ from typing import Any
 
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN, check_count
 
-FIRST_CHAIN = 16  # the rule's L_0: draft tokens a newly aligned prediction proposes
+FIRST_CHAIN = 15  # the rule's L_0: draft tokens a newly aligned prediction proposes (a verify of 16)
 MIN_MATCH = 2  # the rule's m_min: output tokens that must occur in the prediction to align it again
-FIRST_CHAINS = (1, 2, 4, 8, 12, 16, 24, 32, 48, LONGEST_LOOKUP_CHAIN)  # the L_0 a profile replays
+# The L_0 a profile replays: chains whose verify widths (L_0 + 1, doubling as core/limits.py grown_chain
+# grows them) are widths a profile times.
+FIRST_CHAINS = (1, 3, 7, 11, 15, 23, 31, 47, LONGEST_LOOKUP_CHAIN)
+# How the replayed chains grew after a chain accepted whole: the verify width doubling (grown_chain). A
+# profile whose replay grew otherwise ("chain-doubles": c -> 2c, profiles from before) is not costed.
+GROWTH = "verify-doubles"
+LEGACY_GROWTH = "chain-doubles"
 MIN_MATCHES = (1, 2, 3, 4, 6, 8, 12)  # the m_min a profile replays
 LARGEST_COUNT = 10**9
 
@@ -32,10 +38,10 @@ LARGEST_COUNT = 10**9
 def rule_lengths(gamma: int = 0, shortest_match: int = 0) -> tuple[int, int]:
     """``(first, min_match)`` by the fixed rule of section 12.6 (ours): under a lookup plan of chain
     ``gamma`` whose shortest n-gram is ``shortest_match`` (0: none, or not a lookup plan),
-    ``(max(16, gamma), max(2, shortest_match))``.
+    ``(max(15, gamma), max(2, shortest_match))``.
 
     >>> rule_lengths(63, 12), rule_lengths(5), rule_lengths()
-    ((63, 12), (16, 2), (16, 2))
+    ((63, 12), (15, 2), (15, 2))
     """
     return max(FIRST_CHAIN, gamma), max(MIN_MATCH, shortest_match)
 
@@ -61,12 +67,13 @@ class PredictionCandidate:
 class PredictionCalibration:
     """profile.yaml ``prediction``: ``prompts`` calibration prompts carried a prediction, their greedy
     outputs hold ``tokens`` tokens, a draft call took ``ms_per_call`` on average, and ``candidates`` are
-    the replays, one per ``(first, min_match)``."""
+    the replays, one per ``(first, min_match)``, their chains grown by ``growth`` (:data:`GROWTH`)."""
 
     prompts: int
     tokens: int
     ms_per_call: float
     candidates: tuple[PredictionCandidate, ...]
+    growth: str = GROWTH
 
 
 @dataclass(frozen=True)
@@ -118,14 +125,18 @@ def calibration_from_dict(raw: Any, error: type[Exception]) -> PredictionCalibra
         raise error("prediction must be a mapping with prompts, tokens, ms_per_call and candidates; re-profile")
     candidates = tuple(_candidate(item, f"prediction.candidates[{index}]", error)
                        for index, item in enumerate(raw.get("candidates") or ()))
+    growth = raw.get("growth", LEGACY_GROWTH)
+    if growth not in (GROWTH, LEGACY_GROWTH):
+        raise error(f"prediction.growth = {growth!r} must be {GROWTH!r} or {LEGACY_GROWTH!r}; re-profile")
     return PredictionCalibration(_count(raw.get("prompts", 0), "prediction.prompts", 0, LARGEST_COUNT, error),
                                  _count(raw.get("tokens", 0), "prediction.tokens", 0, LARGEST_COUNT, error),
-                                 _positive(raw.get("ms_per_call", 0.0), "prediction.ms_per_call", error), candidates)
+                                 _positive(raw.get("ms_per_call", 0.0), "prediction.ms_per_call", error), candidates,
+                                 growth)
 
 
 def calibration_to_dict(calibration: PredictionCalibration) -> dict[str, Any]:
     return {"prompts": calibration.prompts, "tokens": calibration.tokens,
-            "ms_per_call": round(calibration.ms_per_call, 6),
+            "ms_per_call": round(calibration.ms_per_call, 6), "growth": calibration.growth,
             "candidates": [{"first": c.first, "min_match": c.min_match, "accepted": c.accepted,
                             "drafted": {length: rounds for length, rounds in c.drafted}}
                            for c in calibration.candidates]}

@@ -27,7 +27,7 @@ from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import DrafterSpecError
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.core.plan import Plan, Stage
-from specplan.core.prediction import PredictionCalibration, PredictionCandidate, PredictionLengths, rule_lengths
+from specplan.core.prediction import GROWTH, PredictionCalibration, PredictionCandidate, PredictionLengths, rule_lengths
 from specplan.core.profile import Profile
 
 from .latency import LatencyTable, latency_table
@@ -48,8 +48,8 @@ def costed_candidates(profile: Profile, context: int | None = None) -> list[tupl
     the shorter first chain, then the shorter match); [] without a replay or a target curve."""
     calibration = profile.prediction
     verify_ms = latency_table(profile.target, context, LONGEST_LOOKUP_CHAIN + 1)
-    if calibration is None or verify_ms is None:
-        return []
+    if calibration is None or verify_ms is None or calibration.growth != GROWTH:
+        return []  # a replay whose chains grew by another rule than the runtime's costs other rounds
     rows = [(candidate_ms_per_token(candidate, calibration, verify_ms), candidate)
             for candidate in calibration.candidates]
     rows = [(ms, candidate) for ms, candidate in rows if math.isfinite(ms) and ms > 0]
@@ -91,6 +91,11 @@ def prediction_line(plan: Plan, profile: Profile, context: int | None = None) ->
     """One line on a plan's prediction lengths against the fixed rule's on the same replay (None without them)."""
     lengths = plan.prediction
     if lengths is None:
+        if profile.prediction is not None and profile.prediction.growth != GROWTH:
+            first, min_match = rule_for_stages(profile, plan.stages)
+            return (f"specplan: the profile's replay of a client's prediction grew its chains by an older rule "
+                    f"({profile.prediction.growth}), so it is not costed: a prediction drafts by the fixed rule "
+                    f"({first} tokens after each alignment on {min_match}); re-profile to choose its lengths")
         return None
     on = dict(lengths.calibrated_on)
     tokens = "token" if lengths.first == 1 else "tokens"

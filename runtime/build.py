@@ -249,18 +249,20 @@ def prediction_lengths(engine: SpeculativeEngine, plan: Plan | None = None) -> t
 
 
 def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int,
-                            guard: FallbackGuard | None = None, plan: Plan | None = None) -> SpeculativeEngine:
+                            guard: FallbackGuard | None = None, plan: Plan | None = None,
+                            lengths: tuple[int, int] | None = None) -> SpeculativeEngine:
     """An engine over ``engine``'s target session that drafts from a client's ``prediction`` (token ids
     of the expected output, continuing a prompt of ``prompt_length`` tokens; runtime/drafters/prediction.py)
     at the lengths of :func:`prediction_lengths` and, where the prediction has nothing aligned, from
     ``engine``'s own sequence drafter at its gamma (a tree stage's drafter is not used: the prediction's
     round is a chain). Built per request; no model loads. ``guard``: the fallback guard the rounds play
     under (None: every round drafts; it measures each request afresh, runtime/fallback.py). ``plan``: the
-    opened plan, whose ``prediction`` section, where present, sets the lengths."""
+    opened plan, whose ``prediction`` section, where present, sets the lengths; ``lengths``: ``(first,
+    min_match)`` given instead (measurements/prediction_ab.py compares them)."""
     from specplan.runtime.drafters.prediction import PredictionDrafter
 
     plan_drafter = sequence_drafter(engine)
-    first, min_match = prediction_lengths(engine, plan)
+    first, min_match = lengths if lengths is not None else prediction_lengths(engine, plan)
     drafter = PredictionDrafter(prediction, prompt_length, plan_drafter, engine.gamma if plan_drafter else 0,
                                 first=first, min_match=min_match)
     return SpeculativeEngine(engine.target, engine.device, engine.eos_ids, drafter, gamma=LONGEST_LOOKUP_CHAIN,

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN, grown_chain
 
 PROBE_ROUNDS = 4  # plan rounds measured before the guard compares (and after each back-off)
 WINDOW_ROUNDS = 8  # the plan's cost is the sum over its last this many rounds
@@ -248,8 +248,8 @@ def first_chain(gamma: int, verify_ms: Callable[[int], float]) -> int:
 
 
 class ChainGrowth:
-    """A lookup's chain doubles after a round that accepted its whole draft, up to
-    ``LONGEST_LOOKUP_CHAIN``, and returns to a fresh match's first chain after a round that rejected a token
+    """A lookup's chain grows after a round that accepted its whole draft, its verify width doubling
+    (core/limits.py ``grown_chain``: c -> 2c + 1) up to ``LONGEST_LOOKUP_CHAIN``, and returns to a fresh match's first chain after a round that rejected a token
     (docs/planner-math.md section 12.5; a dynamic draft length as in DISCO, arXiv 2405.04304, and
     transformers' "heuristic" schedule, here doubling because a copy, once it holds, tends to hold for
     a whole span). A round that drafted nothing (no match) changes nothing. Only for drafters that
@@ -257,15 +257,15 @@ class ChainGrowth:
 
     >>> growth = ChainGrowth(5)
     >>> growth.record(drafted=5, committed=6); growth.gamma
-    10
-    >>> growth.record(drafted=10, committed=11); growth.record(drafted=20, committed=21); growth.gamma
-    40
-    >>> growth.record(drafted=40, committed=7); growth.gamma
+    11
+    >>> growth.record(drafted=11, committed=12); growth.record(drafted=23, committed=24); growth.gamma
+    47
+    >>> growth.record(drafted=47, committed=7); growth.gamma
     5
 
     With the target's verify cost ``verify_ms(n)`` (the profile's T(n)) chains grow only where the
     two longest chains growth reaches verify a token at most ``GROWTH_GAIN`` of what the plan's chain
-    does: T(c + 1) / (c + 1) <= 0.6 T(g + 1) / (g + 1) for both (c = 40 and 63 from g = 5). Where
+    does: T(c + 1) / (c + 1) <= 0.6 T(g + 1) / (g + 1) for both (c = 47 and 63 from g = 5). Where
     T(n) / n is already flat (a small model past a few tokens) a longer chain buys little per accepted
     token and costs a wider verify per rejected one.
 
@@ -308,7 +308,7 @@ class ChainGrowth:
         per_token = lambda n: verify_ms(n + 1) / (n + 1)  # a chain of n drafted tokens verifies n + 1
         reached, chain = [], self.base
         while chain < self.longest:
-            chain = min(2 * chain, self.longest)
+            chain = grown_chain(chain, self.longest)
             reached.append(chain)
         return all(per_token(chain) <= GROWTH_GAIN * per_token(self.base) for chain in reached[-2:])
 
@@ -335,4 +335,4 @@ class ChainGrowth:
         elif self.gamma < self.base and self.floor == self.base:
             self.gamma = self.base  # a fresh match's first chain held: a copy, drafted at the plan's gamma
         else:
-            self.gamma = min(2 * self.gamma, self.longest if self.grows else self.base)
+            self.gamma = grown_chain(self.gamma, self.longest if self.grows else self.base)

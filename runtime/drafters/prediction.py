@@ -9,8 +9,9 @@ again where the output's last tokens (at least ``min_match``, up to ``MAX_MATCH`
 prediction, the match nearest after the place it was lost preferred (an edit moves forward through
 the text it rewrites). Where the prediction has nothing aligned, the plan's own drafter proposes.
 
-Draft length: a chain from the prediction starts at ``first`` tokens, doubles after a chain
-accepted whole (up to ``LONGEST_LOOKUP_CHAIN``) and returns to ``first`` after a rejection,
+Draft length: a chain from the prediction starts at ``first`` tokens, grows after a chain accepted
+whole, its verify width doubling (core/limits.py ``grown_chain``: c -> 2c + 1, up to
+``LONGEST_LOOKUP_CHAIN``), and returns to ``first`` after a rejection,
 the rule of :class:`~specplan.runtime.fallback.ChainGrowth` (section 12.5), applied here to every
 target because a prediction, once aligned, is copied for whole spans. ``first`` and ``min_match`` come
 from the plan's ``prediction`` section, solved from a replay of this drafter on the calibration
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+from specplan.core.limits import LONGEST_LOOKUP_CHAIN, grown_chain
 from specplan.core.prediction import FIRST_CHAIN, MIN_MATCH
 from specplan.runtime.drafters.base import Drafter, Proposal, SamplingConfig
 
@@ -117,7 +118,7 @@ class PredictionDrafter(Drafter):
                 kept += 1
             self.accepted += kept
             self.rejected += len(self.draft) - kept
-            self.chain = min(2 * self.chain, self.longest) if kept == len(self.draft) else self.first
+            self.chain = grown_chain(self.chain, self.longest) if kept == len(self.draft) else self.first
         for token in new:
             if self.position is not None and self.position < len(self.prediction) \
                     and self.prediction[self.position] == token:

@@ -111,14 +111,14 @@ def test_the_fixed_rule_under_a_plans_stages():
     lookup = (Stage("ngram-12-12", "target", StageShape("sequence", gamma=40)),)
     profile = profile_with(linear_curve(10.0, 0.1, max_n=64), None)
     assert rule_for_stages(profile, lookup) == (40, 12) == rule_lengths(40, 12)
-    assert rule_for_stages(profile, ()) == (16, 2)
+    assert rule_for_stages(profile, ()) == (15, 2)
     model = (Stage("draft", "target", StageShape("sequence", gamma=5)),)
-    assert rule_for_stages(profile, model) == (16, 2)
+    assert rule_for_stages(profile, model) == (15, 2)
 
 
 def test_solve_plan_writes_the_section_only_where_the_profile_replayed_a_prediction():
     curve = linear_curve(10.0, 0.05, max_n=64)
-    calibration = PredictionCalibration(3, 300, 0.01, (PredictionCandidate(16, 2, ((0, 50), (16, 20)), 250),
+    calibration = PredictionCalibration(3, 300, 0.01, (PredictionCandidate(15, 2, ((0, 50), (15, 20)), 250),
                                                        PredictionCandidate(63, 12, ((0, 90), (63, 4)), 200)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -126,8 +126,30 @@ def test_solve_plan_writes_the_section_only_where_the_profile_replayed_a_predict
         plan = solve_plan(profile_with(curve, calibration), runtime_options()).plan
     assert without.prediction is None and costed_candidates(profile_with(curve, None)) == []
     lengths = plan.prediction
-    assert (lengths.first, lengths.min_match) == (16, 2)
+    assert (lengths.first, lengths.min_match) == (15, 2)
     assert dict(lengths.calibrated_on) == {"prompts": "test:calibration", "count": 3, "tokens": 300}
     assert lengths.accepted_per_target_forward == pytest.approx(300 / 70)
     line = prediction_line(plan, profile_with(curve, calibration))
-    assert "drafts 16 tokens" in line and "the fixed rule's lengths" in line
+    assert "drafts 15 tokens" in line and "the fixed rule's lengths" in line
+
+
+def test_a_replay_whose_chains_grew_by_the_older_rule_is_not_costed():
+    """A profile replayed before chains grew by doubling their verify width (core/limits.py grown_chain)
+    holds other rounds than the runtime now plays: the plan gets no prediction section, and `plan` says why."""
+    from specplan.core.prediction import GROWTH, LEGACY_GROWTH, calibration_from_dict, calibration_to_dict
+
+    curve = linear_curve(10.0, 0.05, max_n=64)
+    current = PredictionCalibration(3, 300, 0.01, (PredictionCandidate(15, 2, ((0, 50), (15, 20)), 250),))
+    raw = calibration_to_dict(current)
+    assert raw["growth"] == GROWTH and calibration_from_dict(raw, ValueError) == current
+    del raw["growth"]  # as profiles from before the key hold it
+    legacy = calibration_from_dict(raw, ValueError)
+    assert legacy.growth == LEGACY_GROWTH and costed_candidates(profile_with(curve, legacy)) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = solve_plan(profile_with(curve, legacy), runtime_options()).plan
+    assert plan.prediction is None
+    line = prediction_line(plan, profile_with(curve, legacy))
+    assert "older rule (chain-doubles)" in line and "re-profile" in line and "15 tokens" in line
+    with pytest.raises(ValueError, match="prediction.growth = 'sideways'"):
+        calibration_from_dict({**raw, "growth": "sideways"}, ValueError)

@@ -18,19 +18,19 @@ PREDICTION = list(range(100, 140))  # p0..p39
 
 
 def test_a_hand_worked_replay():
-    # the output copies p0..p9, says 7, then copies p10..p29 and ends (2): first 2, realigned on 2 tokens
+    # the output copies p0..p9, says 7, then copies p10..p29 and ends (2): first 1, realigned on 2 tokens
     output = PREDICTION[:10] + [7] + PREDICTION[10:30] + [2]
-    rounds, _ = replay_prediction(PREDICTION, [1], output, first=2, min_match=2, max_new_tokens=64)
+    rounds, _ = replay_prediction(PREDICTION, [1], output, first=1, min_match=2, max_new_tokens=64)
     assert [(r.drafted, r.accepted) for r in rounds] == [
-        (2, 2),  # p0 p1, bonus p2
-        (4, 4),  # doubled: p3..p6, bonus p7
-        (8, 2),  # doubled: p8..p15 drafted, p8 p9 accepted, bonus 7 (the edit)
+        (1, 1),  # p0, bonus p1
+        (3, 3),  # grown (a verify of 4): p2..p4, bonus p5
+        (7, 4),  # grown (a verify of 8): p6..p12 drafted, p6..p9 accepted, bonus 7 (the edit)
         (0, 0),  # lost at 7; "p9 7" is not in the prediction: a plain round commits p10
         (0, 0),  # "7 p10" is not either: p11
-        (2, 2),  # "p10 p11" found: back at the first chain, p12 p13, bonus p14
-        (4, 4),  # p15..p18, bonus p19
-        (8, 8),  # p20..p27, bonus p28
-        (11, 1),  # 16 asked, the prediction holds 11 more (p29..p39): p29 accepted, bonus 2
+        (1, 1),  # "p10 p11" found: back at the first chain, p12, bonus p13
+        (3, 3),  # p14..p16, bonus p17
+        (7, 7),  # p18..p24, bonus p25
+        (14, 4),  # 15 asked, the prediction holds 14 more (p26..p39): p26..p29 accepted, bonus 2
     ]
     assert sum(r.accepted + 1 for r in rounds) == len(output)
 
@@ -44,10 +44,10 @@ def test_a_larger_min_match_aligns_later():
     output = PREDICTION[:4] + [7] + PREDICTION[5:12]
     short, _ = replay_prediction(PREDICTION, [1], output, first=4, min_match=1, max_new_tokens=64)
     long, _ = replay_prediction(PREDICTION, [1], output, first=4, min_match=3, max_new_tokens=64)
-    # lost at 7 after a whole chain (doubled to 8): realigned on "p5" alone, or three rounds later on "p5 p6 p7";
-    # the chain a lost prediction keeps is the doubled one (only a rejected draft returns it to first)
-    assert [r.drafted for r in short] == [4, 0, 8]
-    assert [r.drafted for r in long] == [4, 0, 0, 0, 8]
+    # lost at 7 after a whole chain (grown to 9): realigned on "p5" alone, or three rounds later on "p5 p6 p7";
+    # the chain a lost prediction keeps is the grown one (only a rejected draft returns it to first)
+    assert [r.drafted for r in short] == [4, 0, 9]
+    assert [r.drafted for r in long] == [4, 0, 0, 0, 9]
 
 
 class Recording(PredictionDrafter):
@@ -104,8 +104,8 @@ def test_the_profile_replays_every_candidate_over_the_prompts_that_carry_a_predi
     calibration = prediction_calibration(pairs, [text, "", text], Words(), 64)
     assert (calibration.prompts, calibration.tokens) == (2, len(output) + 5)
     assert [(c.first, c.min_match) for c in calibration.candidates] == [(f, m) for f in FIRST_CHAINS for m in MIN_MATCHES]
-    hand = next(c for c in calibration.candidates if (c.first, c.min_match) == (2, 2))
-    # the hand-worked output's rounds, then the second copy: p0 p1 (bonus p2), p3 p4 of four (the output ends)
-    assert dict(hand.drafted) == {0: 2, 2: 3, 4: 3, 8: 2, 11: 1}
-    assert hand.accepted == 2 + 4 + 2 + 2 + 4 + 8 + 1 + 2 + 2
+    hand = next(c for c in calibration.candidates if (c.first, c.min_match) == (1, 2))
+    # the hand-worked output's rounds, then the second copy: p0 (bonus p1), p2..p4 of three (the output ends)
+    assert dict(hand.drafted) == {0: 2, 1: 3, 3: 3, 7: 2, 14: 1}
+    assert hand.accepted == 1 + 3 + 4 + 1 + 3 + 7 + 4 + 1 + 3
     assert prediction_calibration(pairs, ["", "", ""], Words(), 64) is None

@@ -13,6 +13,7 @@ from scipy import stats
 
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.ngram import NgramDrafter
+from specplan.core.limits import grown_chain
 from specplan.runtime.drafters.prediction import FIRST_CHAIN, PredictionDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from tests.runtime.test_engine import CPU, PROMPTS, reference_greedy, second_token_distribution
@@ -64,7 +65,7 @@ def test_after_an_edit_the_prediction_is_found_again_where_the_output_rejoins_it
     assert drafter.propose(output, 8, config, None).tokens == (18, 19)
     drafter.settle(output + [18, 19, 5])
     assert (drafter.accepted, drafter.rejected) == (10, 0)
-    assert drafter.chain == 4 * 8  # two chains accepted whole: doubled twice
+    assert drafter.chain == grown_chain(grown_chain(8)) == 35  # two chains accepted whole: 8 -> 17 -> 35
 
 
 def test_a_lost_prediction_needs_min_match_tokens_to_align_again():
@@ -102,7 +103,7 @@ def test_a_long_prediction_grows_its_chain_to_the_longest_lookup():
         draft = drafter.propose(committed, 63, SamplingConfig(), None).tokens
         lengths.append(len(draft))
         committed += list(draft) + [prediction[len(committed) - 1 + len(draft)]]
-    assert lengths == [FIRST_CHAIN, 2 * FIRST_CHAIN, 63, 63]
+    assert lengths == [FIRST_CHAIN, 2 * FIRST_CHAIN + 1, 63, 63] == [15, 31, 63, 63]  # verifies of 16, 32, 64
 
 
 def second_token_pvalue(draws: int) -> float:
