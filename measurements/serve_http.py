@@ -12,11 +12,16 @@ Servers (``--servers``, comma-separated):
   threads, context and slots);
 
 every llama-server with ``-np C`` at concurrency C, weight repacking as the plan's numerics have it. Each
-request streams (``stream_options.include_usage``): time to first token, latency, and its decode rate
-(tokens after the first over the time after the first). Per server and concurrency: the median of
-the per-request decode rates, the pooled decode rate (all tokens after the first over all the time
-after the first), TTFT and latency p50 / p95, aggregate tokens/s (all tokens over the wall time of the
-batch), and whether the greedy answers equal the same server's at concurrency 1. With ``--rounds R``
+request streams (``stream_options.include_usage``): time to first token, latency, and its decode rate:
+the tokens after the first chunk over the time after the first chunk. The first chunk's tokens are
+counted by the target's tokenizer over its text: llama-server's first chunk is the one token its prompt
+batch yields, but a specplan round commits a whole verified chain at once (up to 64 tokens, the first
+round included), and counting those as decoded while their forward's time falls in the TTFT would credit
+specplan with tokens it made before the clock starts (the decode rates of this script before 2026-11-30
+did). Per server and concurrency: the median of the per-request decode rates, the pooled decode rate,
+the end-to-end rate (all tokens over all the requests' latencies: prefill and first chunk included),
+TTFT and latency p50 / p95, aggregate tokens/s (all tokens over the wall time of the batch), and whether
+the greedy answers equal the same server's at concurrency 1. With ``--rounds R``
 the servers run side by side, every one frozen (SIGSTOP) but the one measured: the prompts go in R chunks, each chunk to every server
 in turn, so that the ratios come from one interleaved run (a shared machine's slow minutes fall on
 every server alike; separate runs of one server here move by about 4%).
@@ -103,26 +108,53 @@ def peer_arguments(name: str, plan: Path, profile) -> list[str]:
     return full[full.index("--no-repack") + 1:]
 
 
+class ChunkTokens:
+    """Counts the tokens of a streamed chunk's text with the target's own vocabulary (llama.cpp, vocabulary
+    only: no weights load)."""
+
+    llama = None
+    vocab = None
+
+    @classmethod
+    def open(cls, gguf: Path) -> None:
+        from specplan.runtime.llama_cpp_session import _llama_cpp, _prepare_backend
+
+        cls.llama = _llama_cpp()
+        _prepare_backend(cls.llama, verbose=False)
+        params = cls.llama.llama_model_default_params()
+        params.vocab_only = True
+        cls.model = cls.llama.llama_model_load_from_file(str(gguf).encode(), params)  # freed when the process ends
+        cls.vocab = cls.llama.llama_model_get_vocab(cls.model)
+
+    @classmethod
+    def count(cls, text: str) -> int:
+        data = text.encode()
+        buffer = (cls.llama.llama_token * (len(data) + 8))()
+        return max(0, cls.llama.llama_tokenize(cls.vocab, data, len(data), buffer, len(buffer), False, True))
+
+
 def one_request(base_url: str, prompt, max_tokens: int, prediction: bool) -> dict:
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=900)
     extra = {}
     if prediction:
         extra["prediction"] = {"type": "content", "content": "```python\n" + CODE.search(prompt.text).group(1) + "\n```"}
     start = time.perf_counter()
-    first = None
+    first, first_text = None, ""
     parts, usage = [], None
     for chunk in client.chat.completions.create(model="specplan", messages=[{"role": "user", "content": prompt.text}],
                                                 max_tokens=max_tokens, temperature=0, stream=True,
                                                 stream_options={"include_usage": True}, **extra):
         if chunk.choices and chunk.choices[0].delta.content:
-            first = first or time.perf_counter()
+            if first is None:
+                first, first_text = time.perf_counter(), chunk.choices[0].delta.content
             parts.append(chunk.choices[0].delta.content)
         if chunk.usage is not None:
             usage = chunk.usage
     end = time.perf_counter()
     tokens = usage.completion_tokens if usage is not None else 0
     details = getattr(usage, "completion_tokens_details", None)
-    return {"prompt_id": prompt.prompt_id, "text": "".join(parts), "tokens": tokens,
+    first_tokens = min(tokens, max(1, ChunkTokens.count(first_text))) if tokens else 0
+    return {"prompt_id": prompt.prompt_id, "text": "".join(parts), "tokens": tokens, "first_tokens": first_tokens,
             "ttft": (first or end) - start, "latency": end - start, "decode_seconds": end - (first or end),
             "accepted_prediction": getattr(details, "accepted_prediction_tokens", None) or 0}
 
@@ -136,13 +168,16 @@ def measure(base_url: str, prompts, max_tokens: int, concurrency: int, predictio
 
 
 def summary(rows: list[dict], wall: float) -> dict:
-    rates = [(row["tokens"] - 1) / row["decode_seconds"] for row in rows if row["decode_seconds"] > 0 and row["tokens"] > 1]
-    decode_tokens = sum(max(0, row["tokens"] - 1) for row in rows)
+    after_first = lambda row: max(0, row["tokens"] - row["first_tokens"])  # noqa: E731
+    rates = [after_first(row) / row["decode_seconds"] for row in rows if row["decode_seconds"] > 0 and after_first(row)]
+    decode_tokens = sum(after_first(row) for row in rows)
     decode_seconds = sum(row["decode_seconds"] for row in rows)
     ttft, latency = [row["ttft"] for row in rows], [row["latency"] for row in rows]
     return {"requests": len(rows), "tokens": sum(row["tokens"] for row in rows),
             "decode_median": float(np.median(rates)) if rates else 0.0,
             "decode_pooled": decode_tokens / decode_seconds if decode_seconds else 0.0,
+            "end_to_end": sum(row["tokens"] for row in rows) / sum(row["latency"] for row in rows),
+            "first_chunk_tokens": float(np.mean([row["first_tokens"] for row in rows])),
             "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p95": float(np.percentile(ttft, 95)),
             "latency_p50": float(np.percentile(latency, 50)), "latency_p95": float(np.percentile(latency, 95)),
             "aggregate": sum(row["tokens"] for row in rows) / wall, "wall": wall,
@@ -170,6 +205,7 @@ def main() -> int:
         from specplan.models.load import gguf_file
         target = Path(gguf_file(profile.target.source))
     repack = repacks_weights(exact=profile.exact)
+    ChunkTokens.open(target)
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
     if args.rounds > 0:
@@ -252,20 +288,21 @@ def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concur
 def print_table(results: dict) -> None:
     reference = {key.split("@")[1]: value["summary"] for key, value in results.items() if key.startswith("llama-server@")}
     first = {key.split("@")[0]: value["rows"] for key, value in results.items() if key.endswith("@1")}
-    print("\n| server | C | decode tok/s (median) | pooled | x llama-server plain | TTFT p50 / p95 s | latency p50 / p95 s "
-          "| aggregate tok/s | same text as C=1 |")
-    print("|---|---:|---:|---:|---:|---|---|---:|---|")
+    print("\n| server | C | decode tok/s (median) | pooled | x llama-server plain | end to end tok/s | x plain "
+          "| first chunk, tokens | TTFT p50 / p95 s | latency p50 / p95 s | aggregate tok/s | same text as C=1 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
     for key, value in results.items():
         name, concurrency = key.split("@")
         s = value["summary"]
         plain = reference.get(concurrency)
         ratio = f"{s['decode_pooled'] / plain['decode_pooled']:.2f}x" if plain and plain["decode_pooled"] else "-"
+        whole = f"{s['end_to_end'] / plain['end_to_end']:.2f}x" if plain and plain["end_to_end"] else "-"
         same = "-"
         if concurrency != "1" and name in first:
             texts = {row["prompt_id"]: row["text"] for row in first[name]}
             same = f"{sum(texts.get(row['prompt_id']) == row['text'] for row in value['rows'])}/{len(value['rows'])}"
         print(f"| {name} | {concurrency} | {s['decode_median']:.1f} | {s['decode_pooled']:.1f} | {ratio} | "
-              f"{s['ttft_p50']:.2f} / {s['ttft_p95']:.2f} | {s['latency_p50']:.2f} / {s['latency_p95']:.2f} | "
+              f"{s['end_to_end']:.1f} | {whole} | {s['first_chunk_tokens']:.1f} | {s['ttft_p50']:.2f} / {s['ttft_p95']:.2f} | {s['latency_p50']:.2f} / {s['latency_p95']:.2f} | "
               f"{s['aggregate']:.1f} | {same} |")
 
 

@@ -73,7 +73,7 @@ def solve_prediction(profile: Profile, context: int | None = None) -> Prediction
 
 def rule_for_stages(profile: Profile, stages: tuple[Stage, ...]) -> tuple[int, int]:
     """What the fixed rule gives under ``stages``, as runtime/build.py reads it from the engine: a lookup
-    (a retrieval drafter's sequence stage into the target) lends its gamma and shortest n-gram."""
+    (a retrieval drafter's sequence stage into the target) lends its shortest n-gram."""
     if len(stages) != 1 or stages[0].shape.kind != "sequence":
         return rule_lengths()
     entry = profile.retrieval_entry(stages[0].drafter)
@@ -84,7 +84,7 @@ def rule_for_stages(profile: Profile, stages: tuple[Stage, ...]) -> tuple[int, i
     except DrafterSpecError:
         return rule_lengths()
     shortest = spec.ngram_sizes[1] if spec.kind == "ngram" else 0
-    return rule_lengths(stages[0].shape.gamma, shortest)
+    return rule_lengths(shortest)
 
 
 def prediction_line(plan: Plan, profile: Profile, context: int | None = None) -> str | None:

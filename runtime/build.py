@@ -237,7 +237,7 @@ def prediction_lengths(engine: SpeculativeEngine, plan: Plan | None = None) -> t
     """``(first, min_match)`` of a prediction drafted over ``engine``'s plan (docs/planner-math.md
     section 12.6): the plan's ``prediction`` section where it has one (the replayed candidate the planner
     found cheapest, planner/prediction.py); else the fixed rule (core/prediction.py ``rule_lengths``): a
-    lookup plan lends its gamma and its shortest n-gram, other plans give the rule's defaults."""
+    lookup plan lends its shortest n-gram, other plans give the rule's default."""
     from specplan.core.prediction import rule_lengths
 
     if plan is not None and plan.prediction is not None:
@@ -245,7 +245,7 @@ def prediction_lengths(engine: SpeculativeEngine, plan: Plan | None = None) -> t
     drafter = sequence_drafter(engine)
     if drafter is None or drafter.sessions():
         return rule_lengths()
-    return rule_lengths(engine.gamma, getattr(drafter, "min_ngram", 0))
+    return rule_lengths(getattr(drafter, "min_ngram", 0))
 
 
 def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], prompt_length: int,

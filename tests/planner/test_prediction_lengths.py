@@ -110,7 +110,7 @@ def test_on_replayed_outputs_the_choice_is_the_cheapest_replay():
 def test_the_fixed_rule_under_a_plans_stages():
     lookup = (Stage("ngram-12-12", "target", StageShape("sequence", gamma=40)),)
     profile = profile_with(linear_curve(10.0, 0.1, max_n=64), None)
-    assert rule_for_stages(profile, lookup) == (40, 12) == rule_lengths(40, 12)
+    assert rule_for_stages(profile, lookup) == (15, 12) == rule_lengths(12)
     assert rule_for_stages(profile, ()) == (15, 2)
     model = (Stage("draft", "target", StageShape("sequence", gamma=5)),)
     assert rule_for_stages(profile, model) == (15, 2)

@@ -82,7 +82,7 @@ def test_a_lookup_plan_sets_the_predictions_first_chain_and_match():
     from specplan.runtime.build import prediction_lengths
 
     target = tiny_llama("sdpa", seed=0)
-    assert prediction_lengths(SpeculativeEngine(target, CPU, set(), NgramDrafter(12, 6), gamma=40)) == (40, 6)
+    assert prediction_lengths(SpeculativeEngine(target, CPU, set(), NgramDrafter(12, 6), gamma=40)) == (FIRST_CHAIN, 6)
     assert prediction_lengths(SpeculativeEngine(target, CPU, set(), NgramDrafter(3), gamma=5)) == (FIRST_CHAIN, 2)
     assert prediction_lengths(SpeculativeEngine(target, CPU, set())) == (FIRST_CHAIN, 2)
 
@@ -153,11 +153,12 @@ def test_the_plans_prediction_section_sets_the_lengths_over_the_rule():
     lookup = SpeculativeEngine(target, CPU, set(), NgramDrafter(12, 6), gamma=40)
     planned = replace(make_plan(), prediction=PredictionLengths(4, 3, 2.0, 500.0, 5.0, 3.0))
     assert prediction_lengths(lookup, planned) == (4, 3)
-    assert prediction_lengths(lookup, make_plan()) == (40, 6)  # no section: the fixed rule
+    assert prediction_lengths(lookup, make_plan()) == (15, 6)  # no section: the fixed rule
     assert prediction_lengths(SpeculativeEngine(target, CPU, set()), planned) == (4, 3)
     engine = build_prediction_engine(lookup, [10, 11, 12], 2, plan=planned)
     assert (engine.drafter.first, engine.drafter.min_match) == (4, 3)
-    assert (build_prediction_engine(lookup, [10, 11, 12], 2).drafter.first) == 40
+    assert (build_prediction_engine(lookup, [10, 11, 12], 2).drafter.first) == 15
+    assert build_prediction_engine(lookup, [10, 11, 12], 2, plan=planned, lengths=(7, 2)).drafter.min_match == 2
 
 
 def test_serve_plays_the_fixed_rule_unless_told_to_play_the_planned_lengths():
@@ -176,5 +177,5 @@ def test_serve_plays_the_fixed_rule_unless_told_to_play_the_planned_lengths():
     planned = replace(make_plan(), prediction=PredictionLengths(4, 3, 2.0, 500.0, 5.0, 3.0))
     runner = SimpleNamespace(engine=lookup, plain=lookup, plan=planned)
     phrase = lambda settings: prediction_phrase(SimpleNamespace(runner=runner, settings=settings))
-    assert phrase(ServeSettings()) == "a prediction drafts 40 tokens after each alignment on 6 (the fixed rule)"
+    assert phrase(ServeSettings()) == "a prediction drafts 15 tokens after each alignment on 6 (the fixed rule)"
     assert phrase(ServeSettings(prediction_lengths="planned")) == "a prediction drafts 4 tokens after each alignment on 3 (planned)"
