@@ -17,7 +17,7 @@ from specplan.planner.options import runtime_options
 from specplan.cli.options import TEMPERATURE, integer, number
 from specplan.core.limits import MAX_DEPTH, MAX_TREE_BUDGET
 from specplan.planner.options import RUNTIME_MAX_STAGES
-from specplan.planner.horizon import MAX_HORIZON
+from specplan.planner.horizon import MAX_HORIZON, calibration_horizon
 
 
 def add_parser(commands) -> None:
@@ -31,8 +31,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="decoding temperature the plan is for")
     parser.add_argument("--horizon", type=integer(1, MAX_HORIZON), default=None, metavar="TOKENS",
                         help="cost chains over answers of this many tokens, as the runtime caps a draft at the budget's "
-                             "end (default: endless answers; set it to your usual --max-new-tokens when long lookup "
-                             "chains are in play)")
+                             "end (default: the calibration's answer length, the answers acceptance was counted on; "
+                             "set it to your usual --max-new-tokens)")
     parser.add_argument("--explain", action="store_true", help="print every candidate's cost terms")
     parser.add_argument("--stages", type=integer(0, RUNTIME_MAX_STAGES), default=None, metavar="S",
                         help="take the best configuration with exactly S stages (e.g. 2: drafter -> middle model -> "
@@ -62,7 +62,10 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
                      temperature: float, explain: bool, stages: int | None = None,
                      batches: tuple[int, ...] | None = None, adaptive: bool = False, batched: bool = False,
                      horizon: int | None = None) -> Plan:
-    """Solve (:func:`specplan.api.solve_plan_file`), write ``plan_path`` and print what was chosen."""
+    """Solve (:func:`specplan.api.solve_plan_file`), write ``plan_path`` and print what was chosen; chains are
+    costed over ``horizon`` tokens per answer, by default the calibration's answer length."""
+    if horizon is None:
+        horizon = calibration_horizon(profile)
     solution = solve_plan_file(profile, profile_path, plan_path, runtime_options(max_budget, max_depth, temperature, horizon),
                                stages=stages, batches=batches, adaptive=adaptive, batched=batched)
     plan, result, scheduled = solution.plan, solution.result, solution.schedule

@@ -29,7 +29,7 @@ import numpy as np
 from specplan.core.errors import PlanError
 from specplan.core.limits import check_count
 from specplan.core.plan import Plan
-from specplan.core.profile import AcceptanceEntry
+from specplan.core.profile import AcceptanceEntry, Profile
 
 from .sequence import expected_verify_ms
 
@@ -101,3 +101,18 @@ def plan_horizon(plan: Plan) -> int | None:
         return check_count(value, "the plan's solver.horizon", 1, MAX_HORIZON)
     except ValueError as error:
         raise PlanError(f"{error}; re-solve the plan with `specplan plan`") from None
+
+
+def calibration_horizon(profile: Profile) -> int | None:
+    """The answer length ``specplan plan`` costs chains over by default: the calibration's (its
+    ``max_new_tokens``), the answers the profile's acceptance was counted on; None where the profile
+    does not say (a latency-only profile), which costs the steady state.
+
+    On the home EPYC's pair profiles (40 calibration prompts x 128 tokens) the steady state predicted
+    93.1 and 85.2 tok/s for the HumanEval and edit plans, where replaying each plan's rounds over the
+    same calibration answers gave 85.5 and 77.7; costed over 128-token answers the plans predict 84.5
+    and 77.6 (docs/results.md, "Where the diagonal predictions went wrong")."""
+    value = profile.calibration.get("max_new_tokens") if isinstance(profile.calibration, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HORIZON:
+        return None
+    return value
