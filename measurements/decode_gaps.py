@@ -14,12 +14,18 @@ A second table times a one-token decode right after another one (llama.cpp reuse
 graph) and right after a decode of 4 tokens (it builds the graph again), as the profile's T(n)
 is measured: every width after a different one.
 
-    .venv/bin/python measurements/decode_gaps.py [--model default|FILE.gguf] [--repeats 4] [--threads 2]
+``--thread-pool`` adds a third way: the bare loop with a persistent ggml thread pool attached to the
+context (``ggml_threadpool_new``, ``llama_attach_threadpool``, through ctypes: llama-cpp-python binds
+neither), as llama-server attaches one (its common/common.cpp); without it ggml makes one per graph.
+
+    .venv/bin/python measurements/decode_gaps.py [--model default|FILE.gguf] [--repeats 4] [--threads 2] [--thread-pool]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import os
 import statistics
 import time
 
@@ -65,6 +71,38 @@ def bare_loop(session: LlamaCppSession, prompt: list[int]) -> None:
     session.reset()  # the loop wrote the cache behind the session's back
 
 
+class PoolParams(ctypes.Structure):
+    """ggml.h ``struct ggml_threadpool_params`` (GGML_MAX_N_THREADS = 512)."""
+
+    _fields_ = [("cpumask", ctypes.c_bool * 512), ("n_threads", ctypes.c_int), ("prio", ctypes.c_int),
+                ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool), ("paused", ctypes.c_bool)]
+
+
+def pooled_loop(session: LlamaCppSession, prompt: list[int], threads: int):
+    """:func:`bare_loop` with a persistent thread pool attached to the session's context for its run."""
+    import llama_cpp
+
+    folder = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    base, cpu, llama = (ctypes.CDLL(os.path.join(folder, name)) for name in ("libggml-base.so", "libggml-cpu.so", "libllama.so"))
+    base.ggml_threadpool_params_init.argtypes = [ctypes.POINTER(PoolParams), ctypes.c_int]
+    cpu.ggml_threadpool_new.argtypes = [ctypes.POINTER(PoolParams)]
+    cpu.ggml_threadpool_new.restype = ctypes.c_void_p
+    llama.llama_attach_threadpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    llama.llama_detach_threadpool.argtypes = [ctypes.c_void_p]
+    params = PoolParams()
+    base.ggml_threadpool_params_init(ctypes.byref(params), threads)  # llama.cpp's defaults: poll 50
+    pool = cpu.ggml_threadpool_new(ctypes.byref(params))
+    context = session._context if isinstance(session._context, int) else ctypes.cast(session._context, ctypes.c_void_p).value
+
+    def run() -> None:
+        llama.llama_attach_threadpool(context, pool, pool)
+        try:
+            bare_loop(session, prompt)
+        finally:
+            llama.llama_detach_threadpool(context)
+    return run
+
+
 def inside_and_gap(timed: TimedDecode, run) -> tuple[float, float]:
     """Median ms inside a one-token decode and between two of them, over one run."""
     timed.calls.clear()
@@ -102,6 +140,7 @@ def main() -> None:
     parser.add_argument("--model", default="default", help="`default` or a .gguf file")
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--thread-pool", action="store_true", help="also the bare loop on a persistent thread pool")
     args = parser.parse_args()
     path = default_gguf_path() if args.model == "default" else args.model
     session = LlamaCppSession(path, n_ctx=4096, threads=args.threads, exact=False)
@@ -111,6 +150,8 @@ def main() -> None:
     engine = SpeculativeEngine(session, torch.device("cpu"), eos_ids=set())
     ways = {"bare": lambda: bare_loop(session, prompt),
             "engine": lambda: engine.generate(prompt, NEW_TOKENS, SamplingConfig())}
+    if args.thread_pool:
+        ways["bare, persistent pool"] = pooled_loop(session, prompt, args.threads)
     for run in ways.values():
         run()  # warm-up
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
