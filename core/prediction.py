@@ -40,7 +40,7 @@ def rule_lengths(shortest_match: int = 0) -> tuple[int, int]:
     ``shortest_match`` the shortest n-gram of a lookup plan's drafter (0: none, or not a lookup plan). The
     first chain is 15 whatever the plan's own chain: measured in one interleaved run on the pair's edits, a
     prediction drafting 15 after each alignment (a verify of 16, growing to 31 and 63 while it holds) ran
-    4.6% faster than one drafting the lookup plan's 63 (docs/planner-math.md section 12.6).
+    4.7% faster than one drafting the lookup plan's 63 (docs/planner-math.md section 12.6).
 
     >>> rule_lengths(12), rule_lengths()
     ((15, 12), (15, 2))

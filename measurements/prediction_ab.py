@@ -3,18 +3,23 @@ docs/planner-math.md section 12.6): the plan with the prediction at each ``first
 at the lengths ``serve`` plays by default, the fixed rule, as ``rule``), the plan without a prediction
 (``none``) and plain decoding, each humaneval-edit evaluation prompt decoded by all of them in a
 rotating order, its function's code sent as the prediction (as measurements/serve_http.py sends it).
-Per method: the pooled decode-and-prefill rate against plain decoding with its 95% interval over prompts
-(resampled), target forwards, and outputs identical to plain decoding.
+Per method: the pooled decode-and-prefill rate against plain decoding and against the first method asked
+for, each with its 95% interval over prompts (resampled in pairs), target forwards, and outputs identical to
+plain decoding.
 
     [THREADS=2] .venv/bin/python measurements/prediction_ab.py PLAN PROMPTS OUT.json [METHOD,...]
+    .venv/bin/python measurements/prediction_ab.py --summary OUT.json [REFERENCE]  # a stored run again
 
 METHOD: ``rule``, ``none``, ``planned`` (the plan's own ``prediction`` section) or ``FIRST:MIN_MATCH``;
 default ``rule,15:3,none``. Run it on a quiet machine (nothing else timed or tested beside it).
 """
 import json
 import os
-import random
 import sys
+
+import numpy as np
+
+from specplan.bench.metrics import pooled_rate_ratio, spread_of_sums
 
 from specplan.api import Runner
 from specplan.core.prompts import stratified
@@ -50,23 +55,31 @@ def decode(runner, method: str, lengths, ids: list[int], prediction: list[int]):
     return engine.generate(ids, 128, SamplingConfig())
 
 
-def summary(rows: list[dict], names: list[str]) -> None:
+def summary(rows: list[dict], names: list[str], reference: str | None = None) -> None:
+    """Per method: its pooled rate, over plain decoding's and over ``reference``'s (default: the first method
+    asked for), each with its 95% interval over prompts, resampled in pairs (bench/metrics.py
+    ``spread_of_sums``)."""
+    reference = reference or names[1]
     for name in names:
-        tokens = sum(r[name][0] for r in rows)
-        seconds = sum(r[name][1] for r in rows)
-        boot, rng = [], random.Random(0)
-        for _ in range(2000):
-            sample = [rng.choice(rows) for _ in rows]
-            boot.append((sum(r[name][0] for r in sample) / sum(r[name][1] for r in sample)) /
-                        (sum(r["plain"][0] for r in sample) / sum(r["plain"][1] for r in sample)))
-        boot.sort()
-        plain_rate = sum(r["plain"][0] for r in rows) / sum(r["plain"][1] for r in rows)
-        print(f"{name:10s} {tokens / seconds:6.2f} tok/s  {tokens / seconds / plain_rate:.3f}x plain  "
-              f"95% [{boot[50]:.3f}, {boot[1950]:.3f}]  forwards {sum(r[name][2] for r in rows)}  "
-              f"identical {sum(r['identical'][name] for r in rows)}/{len(rows)}")
+        rate = sum(r[name][0] for r in rows) / sum(r[name][1] for r in rows)
+        print(f"{name:10s} {rate:6.2f} tok/s  {rate_line(rows, name, 'plain')}  over {reference} {rate_line(rows, name, reference)}  "
+              f"forwards {sum(r[name][2] for r in rows)}  identical {sum(r['identical'][name] for r in rows)}/{len(rows)}")
+
+
+def rate_line(rows: list[dict], name: str, reference: str) -> str:
+    """``name``'s pooled rate over ``reference``'s, and its interval over prompts."""
+    columns = [[*row[name][:2], *row[reference][:2]] for row in rows]
+    ratio = float(pooled_rate_ratio(np.asarray(columns, dtype=float).sum(axis=0, keepdims=True))[0])
+    low, high = spread_of_sums(columns, pooled_rate_ratio) or (ratio, ratio)
+    return f"{ratio:.3f}x [{low:.3f}, {high:.3f}]"
 
 
 def main() -> None:
+    if sys.argv[1] == "--summary":  # a stored run, printed again
+        rows = json.loads(open(sys.argv[2]).read())
+        summary(rows, ["plain"] + [name for name in rows[0]["identical"] if name != "plain"],
+                sys.argv[3] if len(sys.argv) > 3 else None)
+        return
     plan_path, count, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     methods = sys.argv[4].split(",") if len(sys.argv) > 4 else ["rule", "15:3", "none"]
     runner = Runner.open(plan_path, threads=int(os.environ.get("THREADS", "2"))).plan_runner

@@ -112,7 +112,7 @@ def calibration_horizon(profile: Profile) -> int | None:
     93.1 and 85.2 tok/s for the HumanEval and edit plans, where replaying each plan's rounds over the
     same calibration answers gave 85.5 and 77.7; costed over 128-token answers the plans predict 84.5
     and 77.6 (docs/results.md, "Where the diagonal predictions went wrong")."""
-    value = profile.calibration.get("max_new_tokens") if isinstance(profile.calibration, dict) else None
+    value = profile.calibration.get("max_new_tokens")
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HORIZON:
         return None
     return value
