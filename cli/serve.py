@@ -14,8 +14,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--queue", type=integer(1, 4096), default=16,
                         help="requests that may wait while one decodes; beyond them 429 (default 16)")
     parser.add_argument("--parallel", "-np", type=integer(1, 128), default=1,
-                        help="requests decoded at once, their rounds in one llama.cpp batch (llama-server's -np; "
-                             "default 1: one at a time); needs a static plan with fast numerics")
+                        help="requests decoded at once, their rounds in one batched forward (llama-server's -np; "
+                             "default 1: one at a time); needs a static plan (on llama.cpp with fast numerics)")
     parser.add_argument("--threads", type=integer(0, 1024), default=0,
                         help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
     parser.add_argument("--no-fallback", action="store_true",

@@ -25,7 +25,6 @@ class BackendTraits:
     kernel_settings: bool  # --threads, --numerics and --flash-attention choose its kernels
     batched_runs: bool  # runtime/batched/ decodes several prompts at once on it
     derives_batch_curves: bool  # T(n, b) = T(b n) from one sequence's curve (docs/planner-math.md section 11.5)
-    shared_contexts: bool  # `serve --parallel` decodes several requests together in one context
     # the engine users run without specplan, whose own plain decoding is the planner's floor
     # (profiler/engine_floor.py, docs/planner-math.md section 9.1); "": the target's T(1) is
     engine_floor: str = ""
@@ -47,7 +46,7 @@ class BackendTraits:
 TORCH = BackendTraits(
     name="torch", source="measured", tree_kinds=KINDS, profile_widths=(1, 2, 4, 8, 16, 32, 64),
     default_drafters=("ngram:3", "ngram:5", "recycle", "cache", "layerskip:20", "layerskip:26"),
-    kernel_settings=False, batched_runs=True, derives_batch_curves=False, shared_contexts=False)
+    kernel_settings=False, batched_runs=True, derives_batch_curves=False)
 
 LLAMA_CPP = BackendTraits(
     # llama.cpp grows trees from retrieval tables only; a model drafter's stage there is a sequence
@@ -57,7 +56,7 @@ LLAMA_CPP = BackendTraits(
     # layer skipping needs the torch backend; ngram:12:12 drafts where the last 12 tokens recur, as
     # llama-server's ngram-simple does
     default_drafters=("ngram:3", "ngram:5", "ngram:8:3", "ngram:12:12", "recycle", "cache"),
-    kernel_settings=True, batched_runs=False, derives_batch_curves=True, shared_contexts=True,
+    kernel_settings=True, batched_runs=False, derives_batch_curves=True,
     engine_floor="llama.cpp's own plain decoding")
 
 BACKENDS = {backend.name: backend for backend in (TORCH, LLAMA_CPP)}

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +44,7 @@ import numpy as np
 from specplan.core.errors import ModelError, SpecplanError
 from specplan.runtime.llama_cpp_session import (BATCH, LlamaCppSession, _llama_cpp, _prepare_backend, context_params,
                                                 fill_batch, load_model, logits_view)
+from specplan.runtime.batcher import Batcher
 from specplan.runtime.llama_cpp_wide import WideView, copy_sequence
 
 LLAMA_MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may hold
@@ -65,84 +64,6 @@ class Submission:
     error: BaseException | None = None
     done: bool = False
     thread: int = 0  # the request's thread that waits on it
-
-
-class Batcher:
-    """Decodes the requests' extends together: once no thread in a request is running (each waits on
-    a decode, or has none pending), every waiting extend goes into one decode per model.
-
-    A thread enters :meth:`request` for each request it decodes. :meth:`step` runs on the thread that
-    made the batcher (llama.cpp's decoding thread); an extend from that thread, or from a thread in no
-    request, decodes at once on its own."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        # one llama_decode or cache edit at a time, whichever thread calls it: the slots share one cache, and
-        # llama-cpp-python releases the GIL in every call (two threads' seq_rm would edit its cell set at once)
-        self.cache_lock = threading.Lock()
-        self._running: set[int] = set()  # threads in a request and not waiting on a decode
-        self._members: set[int] = set()  # threads in a request
-        self._pending: list[tuple[SharedContext, Submission]] = []
-        self.owner = threading.get_ident()
-        self.steps = 0  # batched decodes run
-        self.extends = 0  # extends they carried
-
-    @contextmanager
-    def request(self) -> Iterator[None]:
-        """The calling thread decodes one request: the batcher waits for its extends."""
-        me = threading.get_ident()
-        with self._condition:
-            self._members.add(me)
-            self._running.add(me)
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._members.discard(me)
-                self._running.discard(me)
-                self._condition.notify_all()
-
-    def submit(self, shared: "SharedContext", submission: Submission) -> None:
-        """Decode ``submission`` on ``shared``: with the other requests' extends, or at once outside one."""
-        me = threading.get_ident()
-        with self._condition:
-            alone = me == self.owner or me not in self._members
-        if alone:
-            with self.cache_lock:
-                shared.decode_together([submission])
-            return
-        submission.thread = me
-        with self._condition:
-            self._pending.append((shared, submission))
-            self._running.discard(me)
-            self._condition.notify_all()
-            self._condition.wait_for(lambda: submission.done)  # step marks this thread running again
-
-    def step(self, timeout: float) -> bool:
-        """Decode every waiting extend once no request's thread runs; False when none was ready in ``timeout`` s."""
-        with self._condition:
-            if not self._condition.wait_for(lambda: self._pending and not self._running, timeout):
-                return False
-            pending, self._pending = self._pending, []
-        try:
-            with self.cache_lock:
-                for shared in dict.fromkeys(context for context, _ in pending):
-                    shared.decode_together([submission for context, submission in pending if context is shared])
-        finally:
-            with self._condition:
-                for _, submission in pending:  # running from here: the next step waits for its next extend
-                    submission.done = True
-                    if submission.thread in self._members:
-                        self._running.add(submission.thread)
-                self.steps += 1
-                self.extends += len(pending)
-                self._condition.notify_all()
-        return True
-
-    @property
-    def active(self) -> int:
-        """Threads in a request now."""
-        return len(self._members)
 
 
 def slot_tree_paths(slots: int) -> int:

@@ -137,8 +137,9 @@ class PlanRunner:
         predictions hold; another one runs with a warning that they assume the profiled one.
         The plan runs on its profile's backend (``profile.backend``); ``threads``: llama.cpp's (0: every core);
         ``fallback``: plain decoding plays the rounds where the plan stops paying (runtime/fallback.py);
-        ``sessions``: where llama.cpp sessions come from (runtime/llama_cpp_shared.py ``SharedModels``:
-        slots of contexts that several requests share), None: each loads its own."""
+        ``sessions``: where the sessions of sequences decoded together come from (runtime/batcher.py: slots of
+        a llama.cpp context, runtime/llama_cpp_shared.py, or rows of a torch batched cache, runtime/torch_shared.py),
+        None: each session loads its own."""
         quiet_transformers()
         runtime = runtime if runtime is not None else profiled_runtime(profile)
         kind = profile.device.kind
@@ -164,9 +165,10 @@ class PlanRunner:
 
     def slot_engines(self, count: int) -> list[SpeculativeEngine]:
         """``count`` engines of the plan for requests decoded at once: the runner's own, then new ones
-        whose sessions the target's session source gives (each a slot of a shared llama.cpp context)."""
+        whose sessions the target's session source gives (each a slot of a shared llama.cpp context or a row
+        of a torch batched cache)."""
         if count > 1 and (self.target.sessions is None or self.plan.adaptive is not None):
-            raise ValueError("several engines need a static llama.cpp plan opened with a session source")
+            raise ValueError("several engines need a static plan opened with a session source")
         return [self.engine] + [build_engine(self.plan, self.profile, self.target, self.device, self.runtime,
                                              fallback=self.fallback) for _ in range(count - 1)]
 

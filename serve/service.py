@@ -34,7 +34,7 @@ class ServeSettings:
     alias: str = "specplan"
     queue_size: int = 16
     fallback: bool = True
-    parallel: int = 1  # requests decoded together (their rounds share each forward; runtime/llama_cpp_shared.py)
+    parallel: int = 1  # requests decoded together (their rounds share each forward; runtime/batcher.py)
     # a prediction's lengths: the fixed rule (measured faster on the pair's edits, docs/planner-math.md section
     # 12.6), or the plan's ``prediction`` section where it has one ("planned")
     prediction_lengths: str = "rule"

@@ -1,5 +1,5 @@
 """The decoding worker: the main thread owns the opened plan and decodes the queued requests, in turn or,
-with several slots, together (runtime/llama_cpp_shared.py).
+with several slots, together (runtime/batcher.py).
 
 The HTTP side (an asyncio loop) puts a :class:`Job` in a bounded queue and reads its events; the
 worker runs the plan's engine on it (or, with a ``prediction``, an engine that drafts from it:
@@ -75,7 +75,7 @@ class Worker:
     :meth:`run` decodes on the calling thread, the main thread in ``specplan serve``: llama.cpp
     decodes called from another thread ran 12-15% slower here (its OpenMP team per calling thread;
     2-core AMD EPYC, SmolLM2 plan, 5 edit prompts x 128 tokens, three pairs). With several engines
-    (``batcher``: runtime/llama_cpp_shared.py) each slot's requests run in a thread of their own and
+    (``batcher``: runtime/batcher.py) each slot's requests run in a thread of their own and
     the calling thread runs the batcher, which decodes their rounds together."""
 
     def __init__(self, runner, metrics: ServeMetrics, queue_size: int, engine_for, engines=None, batcher=None):

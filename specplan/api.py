@@ -12,7 +12,7 @@ Running a plan loads its models (torch)::
         result = runner.generate("Write a haiku about caches.", max_new_tokens=64)
         print(result.text, result.tokens_per_s)
 
-    with specplan.Runner.open("plan.yaml", batch=4) as runner:  # prompts decoded 4 at a time, greedily
+    with specplan.Runner.open("plan.yaml", batch=4) as runner:  # prompts decoded 4 at a time, together
         for batch in runner.generate_batches(["First prompt", "Second prompt"], max_new_tokens=64):
             print(batch.configuration, batch.result.tokens_per_s)
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specplan.core.contract import check_batchable, load_plan_and_profile
+from specplan.core.contract import load_plan_and_profile
 from specplan.core.errors import PlanError, SpecplanError
-from specplan.core.plan import Plan, Stage, load_plan
+from specplan.core.plan import Plan, load_plan
 from specplan.core.profile import Profile, carried_part, load_profile, profile_to_dict
 from specplan.core.prompts import Prompt
 from specplan.core.quiet import quiet_import_noise
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from specplan.planner.predict import Prediction
     from specplan.planner.schedule import ScheduleResult
-    from specplan.runtime.batched.engine import BatchedEngine, BatchedResult
+    from specplan.runtime.batcher import TogetherResult
     from specplan.runtime.runner import PlanRunner, RunResult
 
 __all__ = ["Batch", "Runner", "Solution", "load_plan", "load_plan_and_profile", "load_profile", "predict", "solve",
@@ -144,43 +144,30 @@ def solve(profile: Profile, options: PlanOptions | None = None, *, stages: int |
 
 @dataclass(frozen=True)
 class Batch:
-    """Prompts decoded together by :meth:`Runner.generate_batches`: the batched ``result`` (its
-    sequences in prompt order), the ``stages`` that ran, where they come from (``source``), their
-    ``configuration`` line and the schedule's predicted goodput when its row is for exactly this batch."""
+    """Prompts decoded together by :meth:`Runner.generate_batches`: their ``result`` (each prompt's, in
+    prompt order), what a round plays with this many prompts in flight (``configuration``) and where that
+    comes from (``source``), and the schedule's predicted goodput when its row is for exactly this batch."""
 
     prompts: tuple[Prompt, ...]
     prompt_ids: tuple[list[int], ...]
-    result: "BatchedResult"
-    stages: tuple[Stage, ...]
+    result: "TogetherResult"
     source: str
     configuration: str
     predicted_tokens_per_s: float | None
 
 
-def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int):
-    """The session source of a server decoding ``parallel`` requests together (runtime/llama_cpp_shared.py);
-    SpecplanError (one line) for a plan that cannot: not on llama.cpp, adaptive, or exact numerics."""
-    from specplan.runtime.backends.llama_cpp_backend import LLAMA_CPP_CONTEXT
-    from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES, SharedModels, slot_tree_paths
+def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int, flag: str = "--parallel"):
+    """The session source of ``parallel`` sequences decoded together (runtime/batcher.py: slots of a llama.cpp
+    context, or rows of a torch batched cache); SpecplanError (one line, naming the command's ``flag``) for a
+    plan that cannot: adaptive, or what its backend refuses (runtime/backends/)."""
+    from specplan.runtime.backends import backend_for
 
-    if parallel < 1 or parallel > LLAMA_MAX_SEQUENCES // 2:
-        raise SpecplanError(f"--parallel {parallel}: pass 1 to {LLAMA_MAX_SEQUENCES // 2}")
-    if not profile.backend_traits.shared_contexts:
-        raise SpecplanError(f"--parallel {parallel} decodes requests together on the llama.cpp backend; this plan runs on "
-                            f"{profile.backend}: serve it with --parallel 1")
+    if parallel < 1:
+        raise SpecplanError(f"{flag} {parallel}: pass at least 1")
     if plan.adaptive is not None:
-        raise SpecplanError(f"--parallel {parallel} serves static plans; this plan is adaptive: serve it with --parallel 1, "
-                            "or re-plan without --adaptive")
-    if profile.exact:
-        raise SpecplanError(f"--parallel {parallel} decodes requests together, which needs fast numerics; this plan's "
-                            "profile runs exact numerics: re-profile with --numerics fast, or serve it with --parallel 1")
-    paths = plan.most_tree_paths()
-    room = slot_tree_paths(parallel)
-    if paths > room:
-        most = LLAMA_MAX_SEQUENCES // (paths + 1)
-        raise SpecplanError(f"--parallel {parallel} leaves each request {room} sequence ids for a draft tree's "
-                            f"paths, and this plan's tree has up to {paths}: serve it with --parallel {most} or fewer")
-    return SharedModels(parallel, LLAMA_CPP_CONTEXT, threads)
+        raise SpecplanError(f"{flag} {parallel} decodes sequences together with static plans; this plan is adaptive: "
+                            f"pass {flag} 1, or re-plan without --adaptive")
+    return backend_for(profile.backend).shared_sessions(plan, profile, parallel, threads, flag)
 
 
 def serving_schedule(plan: Plan, profile: Profile, parallel: int):
@@ -213,7 +200,8 @@ class Runner:
     def __init__(self, runner: "PlanRunner", batch: int | None = None):
         self._runner = runner
         self.batch = batch
-        self._engines: dict[tuple[Stage, ...], "BatchedEngine"] = {}
+        self._engines: list = []  # the slot engines of generate_batches, made on its first call
+        self._load = None  # and the load schedule they play by
 
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False,
@@ -227,9 +215,8 @@ class Runner:
         if batch is not None and batch < 1:
             raise SpecplanError(f"batch {batch}: pass at least 1")
         loaded_plan, profile, profile_path = load_plan_and_profile(str(plan))  # bad input fails before torch loads
-        if batch is not None:
-            check_batchable(profile)
-        sessions = shared_sessions(loaded_plan, profile, parallel, threads) if parallel > 1 else None
+        slots, flag = max(parallel, batch or 1), "--batch" if (batch or 1) > parallel else "--parallel"
+        sessions = shared_sessions(loaded_plan, profile, slots, threads, flag) if slots > 1 else None
         mode = runtime if isinstance(runtime, RuntimeMode) or runtime is None else RuntimeMode(runtime)
         if mode is None and batch is not None:
             mode = EAGER
@@ -272,28 +259,46 @@ class Runner:
                                        compare_plain=compare_plain)
 
     def generate_batches(self, prompts: "Sequence[str | Prompt]", *, max_new_tokens: int = 128,
-                         temperature: float | None = None) -> "Iterator[Batch]":
-        """Decode ``prompts`` ``batch`` at a time (in order) with the configuration the plan's
-        schedule chose for each batch's size (docs/guide.md, "Batched runs"); one :class:`Batch`
-        as each finishes. Every prompt is checked to fit before the first batch decodes. Batched
-        runs verify greedily: a sampling ``temperature`` (None: the plan's) is refused."""
-        from specplan.core.plan import describe_stages
-        from specplan.runtime.batched.build import as_sequences, build_batched_engine, stages_at
+                         temperature: float | None = None, top_p: float = 1.0, seed: int = 0) -> "Iterator[Batch]":
+        """Decode ``prompts`` ``batch`` at a time (in order), together: each prompt of a batch on an engine of
+        the plan in a thread of its own, their forwards batched (runtime/batcher.py), each round playing the
+        schedule's row for the prompts in flight (runtime/load_schedule.py), as ``specplan serve`` does
+        (docs/guide.md, "Batched runs"); one :class:`Batch` as each finishes. Every prompt is checked to fit
+        before the first batch decodes. ``temperature`` None: the plan's; prompt i samples with ``seed + i``."""
+        from specplan.runtime.batcher import generate_together
+        from specplan.runtime.drafters.base import SamplingConfig
 
         temperature = self.plan.temperature if temperature is None else temperature
-        if temperature > 0:
-            raise SpecplanError(f"batched runs verify greedily; temperature {temperature}: pass temperature 0")
+        if not (math.isfinite(temperature) and temperature >= 0) or not 0.0 < top_p <= 1.0:
+            raise SpecplanError(f"temperature {temperature} must be a finite number >= 0 and top_p {top_p} in (0, 1]")
         prompts = [Prompt("prompt", "prompt", prompt) if isinstance(prompt, str) else prompt for prompt in prompts]
         prompt_ids = [self._runner.check_prompt(prompt, max_new_tokens) for prompt in prompts]
         size = self.batch or 1
+        engines, load = self._slot_engines(size)
+        batcher = self._runner.target.sessions.batcher if size > 1 else None
         for start in range(0, len(prompts), size):
             chunk, ids = tuple(prompts[start:start + size]), tuple(prompt_ids[start:start + size])
-            stages, source = stages_at(self.plan, len(chunk))
-            if stages not in self._engines:
-                self._engines[stages] = build_batched_engine(self._runner, len(chunk), stages)
-            result = self._engines[stages].generate(list(ids), max_new_tokens)
-            yield Batch(chunk, ids, result, stages, source, describe_stages(as_sequences(stages), self.plan.target),
-                        _scheduled_goodput(self.plan, len(chunk), stages))
+            samplings = [SamplingConfig(temperature, top_p, seed + start + index) for index in range(len(chunk))]
+            result = generate_together(batcher, engines[:len(chunk)], ids, max_new_tokens, samplings)
+            choice = [choice for choice in load.choices if choice.batch <= len(chunk)][-1]
+            source = "the plan" if choice.batch == 1 else f"the schedule's row for batch {choice.batch}"
+            yield Batch(chunk, ids, result, source, choice.played, _scheduled_goodput(self.plan, len(chunk)))
+
+    def _slot_engines(self, size: int):
+        """The engines of :meth:`generate_batches` and their load schedule (None for one at a time)."""
+        from specplan.runtime.load_schedule import LoadChoice, LoadSchedule, load_choices
+
+        if not self._engines:
+            self._engines = self._runner.slot_engines(size)
+            schedule = serving_schedule(self.plan, self.profile, size)
+            if schedule is not None:
+                batcher = self._runner.target.sessions.batcher
+                self._load = LoadSchedule(load_choices(self.plan, schedule), lambda: batcher.active)
+                for engine in self._engines:
+                    engine.load = self._load
+            else:
+                self._load = LoadSchedule((LoadChoice(1, not self.plan.stages, None, self.plan.summary()),), lambda: 1)
+        return self._engines, self._load
 
     def summary_line(self, result: "RunResult") -> str:
         return self._runner.summary_line(result)
@@ -305,12 +310,12 @@ class Runner:
         return None
 
 
-def _scheduled_goodput(plan: Plan, batch: int, stages: tuple[Stage, ...]) -> float | None:
-    """The schedule's goodput for ``batch`` when ``stages`` are the schedule's row for exactly that batch."""
+def _scheduled_goodput(plan: Plan, batch: int) -> float | None:
+    """The schedule's goodput for ``batch`` when the schedule has a row for exactly that batch."""
     if plan.schedule is None:
         return None
     row = plan.schedule.row_for(batch)
-    return row.tokens_per_s if row.batch == batch and tuple(row.stages) == tuple(stages) else None
+    return row.tokens_per_s if row.batch == batch else None
 
 
 def predict(path: str | Path) -> "Prediction":

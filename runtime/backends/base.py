@@ -72,6 +72,12 @@ class Backend(ABC):
     def describe_device(self, target: LoadedModel, device: torch.device) -> DeviceInfo:
         """The device a profile measured on this backend records (its ``source`` is this backend's)."""
 
+    @abstractmethod
+    def shared_sessions(self, plan: Plan, profile: Profile, parallel: int, threads: int, flag: str = "--parallel"):
+        """Where the sessions of ``parallel`` sequences decoded together come from (``LoadedModel.sessions``, with a
+        ``batcher``: runtime/batcher.py); SpecplanError (one line, naming the command's ``flag``) for a plan that
+        cannot run so here."""
+
     def set_threads(self, threads: int) -> None:
         """Run on ``threads`` CPU threads from now on (where the process sets them, not each session)."""
 

@@ -12,7 +12,7 @@ import torch
 
 from specplan.core.backends import LLAMA_CPP
 from specplan.core.drafter_spec import DrafterSpec
-from specplan.core.errors import DrafterSpecError, PlanError
+from specplan.core.errors import DrafterSpecError, PlanError, SpecplanError
 from specplan.core.plan import Plan
 from specplan.core.profile import DeviceInfo, Profile
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -90,6 +90,23 @@ class LlamaCppBackend(Backend):
 
     def for_plan(self, target: LoadedModel, plan: Plan, profile: Profile) -> LoadedModel:
         return replace(target, wide_from=wide_verify_width(plan, profile))  # the other plan's own wide copy
+
+    def shared_sessions(self, plan: Plan, profile: Profile, parallel: int, threads: int, flag: str = "--parallel"):
+        """Slots of one llama.cpp context per GGUF file (runtime/llama_cpp_shared.py): fast numerics, and room
+        for the plan's tree paths in each slot's sequence ids."""
+        from specplan.runtime.llama_cpp_shared import LLAMA_MAX_SEQUENCES, SharedModels, slot_tree_paths
+
+        if parallel > LLAMA_MAX_SEQUENCES // 2:
+            raise SpecplanError(f"{flag} {parallel}: llama.cpp decodes 1 to {LLAMA_MAX_SEQUENCES // 2} sequences together")
+        if profile.exact:
+            raise SpecplanError(f"{flag} {parallel} decodes sequences together, which needs fast numerics; this plan's "
+                                f"profile runs exact numerics: re-profile with --numerics fast, or pass {flag} 1")
+        paths, room = plan.most_tree_paths(), slot_tree_paths(parallel)
+        if paths > room:
+            most = LLAMA_MAX_SEQUENCES // (paths + 1)
+            raise SpecplanError(f"{flag} {parallel} leaves each sequence {room} sequence ids for a draft tree's "
+                                f"paths, and this plan's tree has up to {paths}: pass {flag} {most} or fewer")
+        return SharedModels(parallel, LLAMA_CPP_CONTEXT, threads)
 
     def target_session(self, target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
         return llama_cpp_session(target.path, target, exact=target.exact, wide_from=target.wide_from,

@@ -4,11 +4,13 @@ model drafters and draft heads load, its context, threads and device."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from specplan.core.backends import TORCH
 from specplan.core.drafter_spec import DrafterSpec
-from specplan.core.errors import DrafterSpecError
+from specplan.core.errors import DrafterSpecError, SpecplanError
 from specplan.core.plan import Plan
 from specplan.core.profile import DeviceInfo, Profile
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -36,18 +38,43 @@ class TorchBackend(Backend):
 
     def open_target(self, plan: Plan, profile: Profile, device: torch.device, threads: int = 0,
                     sessions=None) -> LoadedModel:
-        """The profile's target at its precision (a 4-bit variant through quant/)."""
-        return load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
+        """The profile's target at its precision (a 4-bit variant through quant/); ``sessions``: slots of
+        batched caches that several sequences share (runtime/torch_shared.py)."""
+        loaded = load_model_variant(profile.target.source, profile.target.dtype, str(device), quant=profile.target.quant)
+        return replace(loaded, sessions=sessions)
+
+    def shared_sessions(self, plan: Plan, profile: Profile, parallel: int, threads: int, flag: str = "--parallel"):
+        """Slot sessions of one batched cache per network (runtime/torch_shared.py); a draft head, which reads
+        the target's hidden states, runs one sequence at a time."""
+        from specplan.core.drafter_spec import parse_drafter_spec
+        from specplan.runtime.build import drafter_source
+        from specplan.runtime.torch_shared import SharedNetworks
+
+        for stage in plan.stages:
+            if parse_drafter_spec(drafter_source(profile, stage.drafter)).kind == "head":
+                raise SpecplanError(f"{flag} {parallel}: drafter {stage.drafter!r} is a draft head, which reads the "
+                                    f"target's hidden states one sequence at a time; pass {flag} 1")
+        return SharedNetworks(parallel)
 
     def target_session(self, target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
+        if target.sessions is not None:  # several sequences decode together (runtime/torch_shared.py)
+            return target.sessions.session(target.model)
         return ModelSession(target.model, device, runtime=runtime)
 
     def target_network(self, target: LoadedModel, device: torch.device) -> torch.nn.Module:
         return target.model
 
-    def drafter_network(self, spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
+    def drafter_network(self, spec: DrafterSpec, target: LoadedModel,
+                        device: torch.device) -> "torch.nn.Module | Session":
         """A view of the target's first layers (``layerskip:``), or the model a ``model:`` drafter names,
-        loaded in the target's dtype; DrafterSpecError when its vocabulary is not the target's."""
+        loaded in the target's dtype; DrafterSpecError when its vocabulary is not the target's. Where several
+        sequences decode together, a slot session over the network, which every slot shares."""
+        if target.sessions is not None:
+            network = target.sessions.network(spec.source, lambda: self._drafter_network(spec, target, device))
+            return target.sessions.session(network)
+        return self._drafter_network(spec, target, device)
+
+    def _drafter_network(self, spec: DrafterSpec, target: LoadedModel, device: torch.device) -> torch.nn.Module:
         if spec.kind == "layerskip":
             return layer_skip_view(target.model, parse_kept_layers(spec.argument, target.model.config.num_hidden_layers))
         loaded = load_model(spec.argument, target.dtype, str(device))

@@ -133,6 +133,20 @@ class BatchedKV:
             self.mask[index, start:] *= keep
         self._crop()
 
+    def drop(self, index: int, slots: torch.Tensor) -> None:
+        """Sequence ``index`` no longer keeps the physical ``slots`` (one sequence's keep or trim, the
+        others as they are); trailing slots no sequence keeps are cropped."""
+        self.mask[index, slots] = 0
+        self._crop()
+
+    def restore(self, mask: torch.Tensor) -> None:
+        """Back to the cache ``mask`` described before a forward that raised: the slots it appended are cut."""
+        if mask.shape[1] == 0:
+            self.cache = DynamicCache(config=self.model.config)
+        else:
+            self.cache.crop(mask.shape[1])
+        self.mask = mask
+
     def truncate(self, lengths: Sequence[int]) -> None:
         """Sequence ``i`` keeps only its first ``lengths[i]`` tokens (a rollback to a prefix)."""
         limit = torch.tensor(list(lengths), device=self.device).unsqueeze(1)

@@ -19,13 +19,13 @@ def test_each_known_name_has_its_row():
 
 def test_torch_runs_every_kind_batched_and_takes_no_kernel_settings():
     assert TORCH.tree_kinds == KINDS and TORCH.grows_trees("layerskip")
-    assert TORCH.batched_runs and not (TORCH.kernel_settings or TORCH.derives_batch_curves or TORCH.shared_contexts)
+    assert TORCH.batched_runs and not (TORCH.kernel_settings or TORCH.derives_batch_curves)
     assert TORCH.engine_floor == "" and TORCH.profile_widths == (1, 2, 4, 8, 16, 32, 64)
 
 
 def test_llama_cpp_grows_retrieval_trees_and_is_its_own_floor():
     assert LLAMA_CPP.tree_kinds == RETRIEVAL_KINDS and not LLAMA_CPP.grows_trees("model")
-    assert LLAMA_CPP.kernel_settings and LLAMA_CPP.derives_batch_curves and LLAMA_CPP.shared_contexts
+    assert LLAMA_CPP.kernel_settings and LLAMA_CPP.derives_batch_curves
     assert not LLAMA_CPP.batched_runs and LLAMA_CPP.engine_floor == "llama.cpp's own plain decoding"
     assert set(TORCH.profile_widths) < set(LLAMA_CPP.profile_widths)  # measured densely
 

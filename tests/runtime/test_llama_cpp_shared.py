@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from specplan.core.errors import SpecplanError
-from specplan.runtime.llama_cpp_shared import Batcher, Submission
+from specplan.runtime.batcher import Batcher
+from specplan.runtime.llama_cpp_shared import Submission
 
 # ---- the batcher, on a stand-in context --------------------------------------------------------
 

@@ -10,13 +10,12 @@ docstring). So their rows agree with a session alone up to near-ties in argmax a
 ``LOOSE_ATOL``, and that no other sequence's tokens reach them is checked bit for bit: the others fed
 different tokens in decodes of the same shapes, each round's extends joining the step in the same order.
 
-``torch``: the codebase has no torch ``Session`` over several sequences; the closest thing is the
-batched runtime's ragged cache (runtime/batched/cache.py ``BatchedKV``, what ``BatchedEngine`` decodes
-with), whose per-sequence rows are checked against a ``ModelSession`` alone in float32.
+``torch``: slot sessions (runtime/torch_shared.py ``TorchSlotSession``) over a tiny random Llama, one row
+each of one batched cache, every round's extends decoded in one batched forward; the reference is a
+``ModelSession`` alone, in float32 (rows within 1e-4).
 
-The sequences advance in lockstep rounds (a ``BatchedKV`` forward takes a row from every sequence):
-each round every sequence extends by its own tokens (a chain, or a draft tree), then any of them may
-keep, trim, rewind or reset.
+The sequences advance in lockstep rounds: each round every sequence extends by its own tokens (a chain,
+or a draft tree), then any of them may keep, trim, rewind or reset.
 """
 
 from __future__ import annotations
@@ -143,22 +142,18 @@ class Together(ABC):
 
 
 class SlotsTogether(Together):
-    """One llama.cpp slot session per sequence in one shared context; each round's calls run on the
-    sequences' own threads, inside the batcher's requests, and decode in one batched step."""
+    """One slot session per sequence over one shared model (``sessions``, ``batcher``: a subclass sets them);
+    each round's calls run on the sequences' own threads, inside the batcher's requests, and decode in one
+    batched step."""
 
-    def __init__(self, gguf, count: int, n_ctx: int, wide_from: int = 0):
-        from specplan.runtime.llama_cpp_shared import SharedModels
-
-        super().__init__(count)
-        self.models = SharedModels(count, n_ctx, threads=1)  # 1 thread: a shared 2-core box
-        self.sessions = [self.models(gguf, False, False, wide_from) for _ in range(count)]
-        self.shared = self.sessions[0]._shared
+    sessions: list[Session]
+    batcher: object
 
     def cached(self, index):
         return self.sessions[index].cached
 
     def _round(self, calls):
-        batcher = self.models.batcher
+        batcher = self.batcher
         steps, extends = batcher.steps, batcher.extends
         results, errors = [None] * self.count, []
         entered = threading.Barrier(self.count)
@@ -206,60 +201,44 @@ class SlotsTogether(Together):
     def _rewind_to(self, index, context):
         return self.sessions[index].rewind_to(context)
 
+    def close(self):
+        for session in self.sessions:
+            session.close()
+
+
+class LlamaSlotsTogether(SlotsTogether):
+    """One llama.cpp slot session per sequence in one shared context."""
+
+    def __init__(self, gguf, count: int, n_ctx: int, wide_from: int = 0):
+        from specplan.runtime.llama_cpp_shared import SharedModels
+
+        super().__init__(count)
+        self.models = SharedModels(count, n_ctx, threads=1)  # 1 thread: a shared 2-core box
+        self.batcher = self.models.batcher
+        self.sessions = [self.models(gguf, False, False, wide_from) for _ in range(count)]
+        self.shared = self.sessions[0]._shared
+
     def positions(self, index: int) -> tuple[int, int]:
         """The lowest and highest position among the cells of sequence ``index``'s committed tokens."""
         llama, memory, sequence = self.shared.llama, self.shared.memory, self.sessions[index].committed
         return llama.llama_memory_seq_pos_min(memory, sequence), llama.llama_memory_seq_pos_max(memory, sequence)
 
     def close(self):
-        for session in self.sessions:
-            session.close()
+        super().close()
         self.models.close()
 
 
-class BatchedTogether(Together):
-    """The sequences as rows of one torch ``BatchedKV``: a round is one ragged forward."""
+class TorchSlotsTogether(SlotsTogether):
+    """One torch slot session per sequence over one network's batched cache (runtime/torch_shared.py)."""
 
     def __init__(self, model: torch.nn.Module, count: int):
-        from specplan.runtime.batched.cache import BatchedKV
+        from specplan.runtime.torch_shared import SharedNetworks
 
         super().__init__(count)
-        self.kv = BatchedKV(model, CPU)
-        self._cached: list[list[int]] = [[] for _ in range(count)]
-        self._widths = [0] * count
-
-    def cached(self, index):
-        return self._cached[index]
-
-    def _round(self, calls):
-        if any(name != "extend" for name, _ in calls):
-            raise NotImplementedError("a BatchedKV forward returns every row: it extends only")
-        chains = [arguments[0] for _, arguments in calls]
-        trees = [arguments[1] for _, arguments in calls]
-        if all(tree is None for tree in trees):
-            logits = self.kv.forward(chains)
-        else:  # a chain beside trees goes in as the tree that is a chain
-            trees = [tree or DraftTree.chain(torch.tensor(chain)) for chain, tree in zip(chains, trees)]
-            logits = self.kv.forward(chains, trees)
-        for index, chain in enumerate(chains):
-            self._cached[index] += chain
-            self._widths[index] = len(chain)
-        return [logits[index, :len(chain)].float() for index, chain in enumerate(chains)]
-
-    def _keep(self, kept):
-        nodes = [list(kept.get(index, range(self._widths[index]))) for index in range(self.count)]
-        self.kv.keep_nodes(nodes)
-        for index, chosen in enumerate(nodes):
-            past, new = self.pasts[index], self._cached[index][self.pasts[index]:]
-            self._cached[index] = self._cached[index][:past] + [new[node] for node in chosen]
-
-    def _trim(self, lengths):
-        self.kv.truncate([lengths.get(index, len(self._cached[index])) for index in range(self.count)])
-        for index, length in lengths.items():
-            del self._cached[index][length:]
-
-    def _reset(self, index):
-        self._trim({index: 0})
+        self.networks = SharedNetworks(count)
+        self.batcher = self.networks.batcher
+        self.sessions = [self.networks.session(model) for _ in range(count)]
+        self.kv = self.sessions[0]._shared.kv  # the batched cache (runtime/batched/cache.py)
 
 
 # ---- the backends ----------------------------------------------------------------------------------
@@ -293,12 +272,12 @@ class Backend:
 
 
 def torch_backend(attention: str) -> Backend:
-    """A tiny random Llama: ``BatchedKV`` rows against a ``ModelSession``; pseudo-random ids of its vocab."""
+    """A tiny random Llama: slot sessions' rows against a ``ModelSession``; pseudo-random ids of its vocab."""
     from specplan.runtime.session import ModelSession
 
     model = tiny_llama(attention)
     text = torch.randint(0, TINY_VOCAB, (640,), generator=torch.Generator().manual_seed(3)).tolist()
-    return Backend(f"torch-{attention}", ModelSession(model, CPU), lambda count, n_ctx=0: BatchedTogether(model, count),
+    return Backend(f"torch-{attention}", ModelSession(model, CPU), lambda count, n_ctx=0: TorchSlotsTogether(model, count),
                    text, loose=False)
 
 
@@ -308,7 +287,7 @@ def llama_cpp_backend() -> Backend:
 
     path = default_gguf_or_skip()
     alone = LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False)
-    return Backend("llama.cpp", alone, lambda count, n_ctx=256: SlotsTogether(path, count, n_ctx),
+    return Backend("llama.cpp", alone, lambda count, n_ctx=256: LlamaSlotsTogether(path, count, n_ctx),
                    alone.tokenize(PROSE, True), loose=True)
 
 
@@ -475,10 +454,10 @@ def test_llama_cpp_reset_frees_the_slot_cells(backend):
 
 
 def test_torch_reset_frees_the_sequence_slots(backend):
-    """A batched cache's sequence truncated to nothing (its reset) gives back its slots: the cache
+    """A batched cache's sequence trimmed to nothing (its reset) gives back its slots: the cache
     shrinks to the other sequence's length, whose rows go on as alone, and the reset sequence takes
-    a new prompt as a fresh one. A sequence that leaves the batch (``select``, a finished request)
-    gives back its slots too, and the one left goes on as alone."""
+    a new prompt as a fresh one. A session closed (a finished request) gives back its row's slots too,
+    and the one left goes on as alone while the closed row idles."""
     if not backend.name.startswith("torch"):
         pytest.skip("torch batched cache slots")
     first, second = prompts(backend, 2)
@@ -489,9 +468,10 @@ def test_torch_reset_frees_the_sequence_slots(backend):
         group.extend([backend.text[FRESH:FRESH + 5], second[12:15]])
         assert group.kv.lengths() == [5, 15]
         assert_each_as_alone(backend, group)
-        group.kv.select([1])
-        assert group.kv.batch == 1 and group.kv.slots == 15 and group.kv.cache.get_seq_length() == 15
-        rows = group.kv.forward([second[15:18]])[0].float()
+        group.sessions[0].close()
+        assert group.kv.lengths() == [0, 15] and group.kv.slots == 15
+        rows = group.sessions[1].extend(second[15:18])
+        assert group.kv.lengths() == [0, 18] and group.kv.slots == 18  # the idle row's padding token dropped
     backend.alone.reset()
     backend.alone.extend(second[:15])
     backend.assert_rows(rows, backend.alone.extend(second[15:18]))
@@ -531,7 +511,7 @@ def test_llama_cpp_slots_decode_long_chains_on_the_shared_unrepacked_copy():
 
     path = default_gguf_or_skip()
     alone = LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False, wide_from=WIDE_FROM)
-    backend = Backend("llama.cpp-wide", alone, lambda count, n_ctx=256: SlotsTogether(path, count, n_ctx, WIDE_FROM),
+    backend = Backend("llama.cpp-wide", alone, lambda count, n_ctx=256: LlamaSlotsTogether(path, count, n_ctx, WIDE_FROM),
                       alone.tokenize(PROSE, True), loose=True)
     first, second = prompts(backend, 2)
     try:

@@ -137,7 +137,7 @@ def test_a_tree_with_more_paths_than_a_slot_holds_is_refused_at_start(fast_plan)
     star = StageShape(kind="tree", parents=(-1,) + (0,) * 40)
     assert star.most_paths == 40 and StageShape(kind="sequence", gamma=7).most_paths == 1
     wide = replace(plan, stages=(replace(plan.stages[0], shape=star),))
-    with pytest.raises(SpecplanError, match=r"40: serve it with --parallel 6 or fewer"):
+    with pytest.raises(SpecplanError, match=r"40: pass --parallel 6 or fewer"):
         shared_sessions(wide, profile, 8, threads=1)
     assert shared_sessions(wide, profile, 6, threads=1).slots == 6
 
