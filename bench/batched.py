@@ -1,7 +1,9 @@
-"""Whole-batch tokens/s at every batch size: the schedule's choice, the batch-1 plan run
-at that batch, the batched runtime's plain decoding and transformers ``generate`` with left
-padding, each beside the schedule's prediction (planner-math.md section 11.2; docs/guide.md,
-"Batched runs").
+"""Whole-batch tokens/s at every batch size: the plan's engines playing the schedule's row for the
+sequences in flight (``schedule``, as ``run --batch`` and ``serve --parallel`` do), the plan's engines
+playing the plan every round (``plan``), engines of plain decoding (``plain-runtime``), each sequence on
+an engine of its own with their forwards batched (runtime/batcher.py), and transformers ``generate`` with
+left padding (``plain``), each beside the schedule's prediction (planner-math.md section 11.2;
+docs/guide.md, "Batched runs").
 
 At batch ``b`` every method decodes the same ``b`` prompts together; the methods are
 interleaved (their order rotates per repeat) and each point is the median over repeats of
@@ -9,7 +11,7 @@ interleaved (their order rotates per repeat) and each point is the median over r
 alone (the tokens after each sequence's first, over the seconds after the prompts' forward): the
 schedule predicts the decode, at its profile's context, so the decode-only figure is the one to
 hold against the prediction; the whole-batch one is what a user waits for. Identity: each
-method's outputs against the batched runtime's plain decoding, sequence by sequence (exact in
+method's outputs against the engines' plain decoding, sequence by sequence (exact in
 float32); an output that parts is counted as a near-tie where the target's top-2 logit gap at the
 first differing place is below ``NEAR_TIE`` (runtime/lossless.py: 16-bit batched kernels sum in
 another order, so two correct decoders may part there).
@@ -19,16 +21,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from specplan.core.errors import PlanError
-from specplan.runtime.batched.engine import decode_rate
-from specplan.core.plan import describe_stages
-from specplan.runtime.batched.build import as_sequences, build_batched_engine, check_batchable, stages_at
-from specplan.runtime.build import eos_ids
+from specplan.core.runtime_modes import EAGER
+from specplan.runtime.batcher import generate_together
+from specplan.runtime.build import build_engine, eos_ids
+from specplan.runtime.drafters.base import SamplingConfig
+from specplan.runtime.load_schedule import load_schedule
 from specplan.runtime.lossless import NEAR_TIE, check_lossless, divergence_gap
 from specplan.runtime.runner import PlanRunner
 from specplan.runtime.timing import now
@@ -56,15 +58,39 @@ class BatchPoint:
                 else round(self.predicted_tokens_per_s, 3), "identical": self.identical, "near_ties": self.near_ties}
 
 
-# A decoder: prompts -> (outputs per prompt, whole-batch seconds, the prefill's seconds among them)
+# A decoder: prompts -> (outputs per prompt, whole-batch seconds, decode-only tokens/s)
 Decoder = Callable[[list[list[int]], int], tuple[list[tuple[int, ...]], float, float]]
 
 
-def engine_decoder(engine) -> Decoder:
+def decode_rate(new_tokens: int, sequences: int, seconds: float, prefill_seconds: float) -> float:
+    """Tokens per second of the decode phase when every sequence's first new token is the prefill's.
+
+    >>> decode_rate(40, 4, 2.5, 0.5)
+    18.0
+    """
+    decoded = new_tokens - sequences
+    return decoded / (seconds - prefill_seconds) if seconds > prefill_seconds and decoded > 0 else 0.0
+
+
+def engines_decoder(runner: PlanRunner, batch: int, stages, scheduled: bool, stop_at_eos: bool = True) -> tuple[str, Decoder]:
+    """(configuration, decoder) of ``batch`` engines of ``stages`` (the plan's, or none: plain decoding), one
+    per sequence, their forwards batched over sessions of their own (runtime/batcher.py); ``scheduled``: each
+    round plays the schedule's row for the sequences in flight (runtime/load_schedule.py), else the plan."""
+    plan = replace(runner.plan, stages=tuple(stages))
+    sessions = runner.runtime_backend.shared_sessions(plan, runner.profile, batch, runner.target.threads)
+    target = replace(runner.target, sessions=sessions)
+    engines = [build_engine(plan, runner.profile, target, runner.device, EAGER, fallback=runner.fallback,
+                            stop_at_eos=stop_at_eos) for _ in range(batch)]
+    load = load_schedule(plan, runner.profile, batch, sessions.batcher)
+    if scheduled and batch > 1:
+        for engine in engines:
+            engine.load = load
+    configuration = [choice for choice in load.choices if choice.batch <= batch][-1].played if scheduled else plan.summary()
+
     def decode(prompts: list[list[int]], max_new_tokens: int):
-        result = engine.generate(prompts, max_new_tokens)
-        return [sequence.token_ids for sequence in result.sequences], result.seconds, result.prefill_seconds
-    return decode
+        result = generate_together(sessions.batcher, engines, prompts, max_new_tokens, [SamplingConfig()] * batch)
+        return [sequence.token_ids for sequence in result.sequences], result.seconds, result.decode_tokens_per_s
+    return configuration, decode
 
 
 class _PrefillClock(LogitsProcessor):
@@ -100,7 +126,8 @@ def generate_decoder(runner: PlanRunner, stop_at_eos: bool = True) -> Decoder:
                                 eos_token_id=stop or [model.config.vocab_size], pad_token_id=pad, logits_processor=LogitsProcessorList([clock]))
         seconds = now(device) - start
         prefill = seconds if clock.first is None else clock.first - start
-        return [_until_eos(row[width:].tolist(), set(stop)) for row in output], seconds, prefill
+        tokens = [_until_eos(row[width:].tolist(), set(stop)) for row in output]
+        return tokens, seconds, decode_rate(sum(len(t) for t in tokens), len(tokens), seconds, prefill)
     return decode
 
 
@@ -111,35 +138,21 @@ def _until_eos(tokens: list[int], stop: set[int]) -> tuple[int, ...]:
     return tuple(tokens)
 
 
-def _engine(runner: PlanRunner, batch: int, stages, built: dict, stop_at_eos: bool = True):
-    """The batched engine of ``stages``, built once per run (a model drafter loads once)."""
-    if stages not in built:
-        built[stages] = build_batched_engine(runner, batch, stages, stop_at_eos)
-    return built[stages]
-
-
 def _methods(runner: PlanRunner, batch: int, built: dict,
-             stop_at_eos: bool = True) -> dict[str, tuple[str, Decoder | None, float | None]]:
-    """name -> (configuration, decoder or None when it cannot run batched, predicted tokens/s)."""
+             stop_at_eos: bool = True) -> dict[str, tuple[str, Decoder, float | None]]:
+    """name -> (configuration, decoder, predicted tokens/s); ``built`` keeps each batch's engines."""
     plan = runner.plan
     row = plan.schedule.row_for(batch) if plan.schedule is not None else None
     exact = row is not None and row.batch == batch
-    chosen, _ = stages_at(plan, batch)
-    methods = {}
-    for name, stages, predicted in (("schedule", chosen, row.tokens_per_s if exact else None),
-                                    ("plan", tuple(plan.stages), row.plan_tokens_per_s if exact else None)):
-        try:
-            check_batchable(stages, plan)
-            decoder = engine_decoder(_engine(runner, batch, stages, built, stop_at_eos))
-        except PlanError as error:  # a tree, a hierarchy, a draft head: reported as not run, with the reason
-            methods[name] = (f"{describe_stages(as_sequences(stages), plan.target)}: not run ({error})", None, predicted)
-            continue
-        methods[name] = (describe_stages(as_sequences(stages), plan.target), decoder, predicted)
+    if batch not in built:
+        built[batch] = {name: engines_decoder(runner, batch, stages, scheduled, stop_at_eos) for name, stages, scheduled
+                        in (("schedule", plan.stages, True), ("plan", plan.stages, False), ("plain-runtime", (), False))}
+    engines = built[batch]
     plain = row.plain_tokens_per_s if exact else None
-    methods["plain-runtime"] = (describe_stages((), plan.target) + " (batched runtime)",
-                                engine_decoder(_engine(runner, batch, (), built, stop_at_eos)), plain)
-    methods["plain"] = ("transformers generate, left padding", generate_decoder(runner, stop_at_eos), plain)
-    return methods
+    return {"schedule": (*engines["schedule"], row.tokens_per_s if exact else None),
+            "plan": (*engines["plan"], row.plan_tokens_per_s if exact else None),
+            "plain-runtime": (engines["plain-runtime"][0] + " (engines)", engines["plain-runtime"][1], plain),
+            "plain": ("transformers generate, left padding", generate_decoder(runner, stop_at_eos), plain)}
 
 
 def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, max_new_tokens: int,
@@ -149,7 +162,7 @@ def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, 
     ``max_new_tokens`` (a fixed-length throughput measurement)."""
     chosen = [list(prompts[index % len(prompts)]) for index in range(batch)]
     methods = _methods(runner, batch, {} if built is None else built, stop_at_eos)
-    runnable = [name for name, (_, decoder, _) in methods.items() if decoder is not None]
+    runnable = list(methods)
     for name in runnable:  # warm-up: allocator, kernels, caches
         methods[name][1](chosen, min(8, max_new_tokens))
     rates: dict[str, list[float]] = {name: [] for name in runnable}
@@ -158,18 +171,15 @@ def measure_batch(runner: PlanRunner, prompts: Sequence[list[int]], batch: int, 
     for repeat in range(repeats):
         shift = repeat % len(runnable)
         for name in [*runnable[shift:], *runnable[:shift]]:
-            tokens, seconds, prefill = methods[name][1](chosen, max_new_tokens)
+            tokens, seconds, decode = methods[name][1](chosen, max_new_tokens)
             committed = sum(len(t) for t in tokens)
             rates[name].append(committed / seconds if seconds > 0 else 0.0)
-            decode_rates[name].append(decode_rate(committed, len(tokens), seconds, prefill))
+            decode_rates[name].append(decode)
             outputs[name] = tokens
     reference = outputs["plain-runtime"]
     near_tie = _near_tie_rule(runner, chosen, reference)
     points = []
-    for name, (configuration, decoder, predicted) in methods.items():
-        if decoder is None:
-            points.append(BatchPoint(batch, name, configuration, 0.0, predicted, 0, 0))
-            continue
+    for name, (configuration, _decoder, predicted) in methods.items():
         checks = [check_lossless(base, output) for base, output in zip(reference, outputs[name])]
         points.append(BatchPoint(batch, name, configuration, statistics.median(rates[name]), predicted,
                                  sum(len(t) for t in outputs[name]), sum(check.identical for check in checks),

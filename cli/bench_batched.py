@@ -1,6 +1,7 @@
-"""``specplan bench PLAN --batch 1,2,4,8``: whole-batch tokens/s per batch size of the schedule's
-choice, the batch-1 plan, the batched runtime's plain decoding and transformers ``generate`` with
-left padding, beside the schedule's prediction (specplan.bench.batched; docs/guide.md, "Batched runs")."""
+"""``specplan bench PLAN --batch 1,2,4,8``: whole-batch tokens/s per batch size of the plan's engines
+decoding the prompts together (playing the schedule's row by load, and the plan every round), engines of
+plain decoding and transformers ``generate`` with left padding, beside the schedule's prediction
+(specplan.bench.batched; docs/guide.md, "Batched runs")."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ class BackendTraits:
     profile_widths: tuple[int, ...]  # the widths n its T(n) is timed at
     default_drafters: tuple[str, ...]  # `specplan profile`'s drafters when no --drafter is given
     kernel_settings: bool  # --threads, --numerics and --flash-attention choose its kernels
-    batched_runs: bool  # runtime/batched/ decodes several prompts at once on it
+    batched_runs: bool  # `bench --batch` measures it (beside transformers generate of the same torch weights)
     derives_batch_curves: bool  # T(n, b) = T(b n) from one sequence's curve (docs/planner-math.md section 11.5)
     # the engine users run without specplan, whose own plain decoding is the planner's floor
     # (profiler/engine_floor.py, docs/planner-math.md section 9.1); "": the target's T(1) is

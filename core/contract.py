@@ -98,8 +98,9 @@ def check_comparable(name: str, profile: Profile, reference: Profile) -> None:
 
 
 def check_batchable(profile: Profile) -> None:
-    """PlanError (one line) when the plan's profile runs on a backend without batched runs (llama.cpp):
-    batched runs (runtime/batched/) decode on the torch backend only."""
+    """PlanError (one line) when the plan's profile runs on a backend ``bench --batch`` does not measure
+    (llama.cpp): it times transformers ``generate`` of the same torch weights beside the plan's engines."""
     if not profile.backend_traits.batched_runs:
-        raise PlanError(f"batched runs decode on the torch backend, and this plan's profile runs on {profile.backend}: "
-                        "drop --batch (prompts then decode one at a time) or profile with --backend torch")
+        raise PlanError(f"bench --batch times transformers generate beside the plan, on the torch backend; this plan's "
+                        f"profile runs on {profile.backend}: drop --batch, or measure `specplan run --batch` or "
+                        "measurements/serve_http.py there")

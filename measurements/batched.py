@@ -1,7 +1,7 @@
-"""Plans under load, measured: whole-batch tokens/s at every batch size of the
-schedule's choice, of the batch-1 plan run at that batch, of the batched runtime's plain
-decoding and of transformers ``generate`` with left padding, each beside the schedule's
-prediction; then the measured crossover batch against the predicted one.
+"""Plans under load, measured: whole-batch tokens/s at every batch size of the plan's engines decoding
+the prompts together (playing the schedule's row by load, and the plan every round), of engines of plain
+decoding and of transformers ``generate`` with left padding, each beside the schedule's prediction; then
+the measured crossover batch against the predicted one.
 
     .venv/bin/python measurements/batched.py PLAN [--batch 1,2,4,8] [--max-new-tokens 64]
         [--repeats 3] [--prompts FILE] [--runtime eager] [--force] [--json OUT]

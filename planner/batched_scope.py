@@ -1,9 +1,9 @@
-"""What the batched runtime runs (docs/guide.md, "Batched runs"): plain decoding, one sequence
-stage into the target drafted by an n-gram lookup or a drafter model (``model:``,
-``layerskip:``), or one tree stage into the target grown by a retrieval drafter (``ngram:N``,
-``recycle``, ``cache``; runtime/batched/tree.py). ``specplan plan --batched`` solves, per batch
-size, only among those, so that ``run --batch`` and ``bench --batch`` execute the schedule's
-choice at every batch."""
+"""One-stage configurations into the target (docs/guide.md, "Batched runs"; planner-math.md section
+11.2): plain decoding, one sequence stage drafted by an n-gram lookup or a drafter model (``model:``,
+``layerskip:``), or one tree stage grown by a retrieval drafter (``ngram:N``, ``recycle``, ``cache``).
+``specplan plan --batched`` solves, per batch size, only among those, whose rows the plan's engines can
+more often play by load (runtime/load_schedule.py: the plan, plain decoding, the plan's chain at
+another length)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from dataclasses import replace
 from specplan.core.profile import Profile
 from specplan.planner.options import PlanOptions
 
-SEQUENCE_KINDS = ("ngram", "model", "layerskip")  # sequence drafters runtime/batched/drafters.py runs
-TREE_KINDS = ("ngram", "recycle", "cache")  # tree drafters runtime/batched/tree.py runs (retrieval)
+SEQUENCE_KINDS = ("ngram", "model", "layerskip")  # drafters of a sequence stage in the scope
+TREE_KINDS = ("ngram", "recycle", "cache")  # drafters of a tree stage in the scope (retrieval)
 
 
 def batched_drafter(source: str) -> bool:
-    """Whether a drafter of spec ``source`` (``ngram:5``, ``layerskip:20``, ``recycle``...) runs batched.
+    """Whether a drafter of spec ``source`` (``ngram:5``, ``layerskip:20``, ``recycle``...) is in the scope.
 
     >>> [batched_drafter(s) for s in ("ngram:5", "layerskip:20", "model:qwen2.5-coder-0.5b", "recycle", "head:d")]
     [True, True, True, True, False]
@@ -26,7 +26,7 @@ def batched_drafter(source: str) -> bool:
 
 
 def batched_trees(source: str) -> bool:
-    """Whether a drafter of spec ``source`` grows trees in the batched runtime (a retrieval drafter).
+    """Whether a drafter of spec ``source`` grows trees in the scope (a retrieval drafter).
 
     >>> [batched_trees(s) for s in ("ngram:5", "recycle", "cache", "layerskip:20")]
     [True, True, True, False]
@@ -36,9 +36,8 @@ def batched_trees(source: str) -> bool:
 
 
 def batched_scope(profile: Profile, options: PlanOptions) -> tuple[Profile, PlanOptions]:
-    """``profile`` with only the drafters the batched runtime runs, and ``options`` restricted to
-    one stage into the target, trees grown only by retrieval drafters (a drafter model's stage
-    stays a sequence: the batched runtime grows trees from retrieval drafters only)."""
+    """``profile`` with only the scope's drafters, and ``options`` restricted to one stage into the target,
+    trees grown only by retrieval drafters (a drafter model's stage stays a sequence)."""
     target = profile.target.id
     kept = {target} | {m.id for m in profile.models if m.id != target and batched_drafter(m.source)} | \
         {r.id for r in profile.retrieval if batched_drafter(r.source)}

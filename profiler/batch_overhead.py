@@ -1,18 +1,19 @@
-"""What the batched runtime adds to each target forward beyond T(n, b) (docs/planner-math.md
+"""What decoding sequences together adds to each target forward beyond T(n, b) (docs/planner-math.md
 section 11.4).
 
 ``T(n, b)`` (:mod:`.batch_latency`) times bare forwards of equal-length rows over a cache without
-holes. The batched runtime (:mod:`specplan.runtime.batched`) also pads short draft rows, passes
-a padding mask (so attention takes its masked path), leaves rejected slots as holes that later
-forwards attend over until the cache is packed, and verifies and rolls back each sequence on the
-host. The profiler measures that overhead where it arises: ``b`` calibration prompts, each cut
-to the curve's context, decoded by the runtime itself, plainly and as an ``ngram:3`` sequence
-stage at a few draft lengths; per run
+holes. Sequences decoded together on torch (runtime/torch_shared.py: an engine per sequence, their
+forwards batched) also pad short draft rows, pass a padding mask (so attention takes its masked
+path), leave rejected slots as holes that later forwards attend over until the cache is packed, and
+verify, roll back and draft each sequence on the host between forwards, each on its own thread. The
+profiler measures that overhead where it arises: ``b`` calibration prompts, each cut to the curve's
+context, decoded together by the runtime itself, plainly and by ``ngram:3`` sequence stages at a few
+draft lengths; per run, over the forwards after the prompts' first,
 
-    overhead = verify seconds / rounds - mean over rounds of T(width of the round, b)
+    overhead = mean time from one forward's end to the next one's - mean T(width of the forward, b)
 
-at the run's mean width (root + longest draft). The planner adds it to the target's T(n, b),
-interpolated in ``n`` (:func:`specplan.planner.batch.batch_view`).
+at the run's mean width (the widest row: root + longest draft). The planner adds it to the target's
+T(n, b), interpolated in ``n`` (:func:`specplan.planner.batch.batch_view`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import torch
 
 from specplan.core.profile import LatencyCurve
 from specplan.planner.latency import interpolate
-from specplan.runtime.batched import BatchedEngine
-from specplan.runtime.batched.drafters import PerSequenceDrafters
+from specplan.runtime.batcher import generate_together
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.ngram import NgramDrafter
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.torch_shared import SharedNetworks
 
 GAMMAS = (0, 1, 2, 4)  # plain decoding, then n-gram sequence stages of these draft lengths
 NEW_TOKENS = 24  # per sequence and run
@@ -54,17 +57,26 @@ def batch_prompts(context_ids: Sequence[int], prompts: Sequence[Sequence[int]], 
     return [(list(context_ids) + list(prompts[index % len(prompts)]))[-size:] for index in range(batch)]
 
 
-def _overhead_point(engine: BatchedEngine, rows: list[list[int]], curve: LatencyCurve) -> tuple[float, float] | None:
-    """(mean width, ms of overhead per verify forward) of one run, or None without a round."""
-    result = engine.generate(rows, NEW_TOKENS)
-    if not result.rounds:
+def _overhead_point(model: torch.nn.Module, device: torch.device, rows: list[list[int]], gamma: int,
+                    curve: LatencyCurve) -> tuple[float, float] | None:
+    """(mean width, ms of overhead per target forward) of one run of ``len(rows)`` sequences decoded together,
+    plainly (``gamma`` 0) or by ``ngram:3`` chains of ``gamma``; None without a forward after the first."""
+    networks = SharedNetworks(len(rows))
+    shared = networks.shared(model)
+    engines = [SpeculativeEngine(networks.session(model), device, set(), NgramDrafter(3) if gamma else None,
+                                 gamma=gamma, fixed_chain=True) for _ in rows]
+    shared.log = []
+    generate_together(networks.batcher, engines, rows, NEW_TOKENS, [SamplingConfig()] * len(rows))
+    ends, widths = [end for end, _ in shared.log], [width for _, width in shared.log[1:]]
+    if not widths:
         return None
-    bare = sum(interpolate(curve, width).ms for width in result.verify_widths) / result.rounds
-    return sum(result.verify_widths) / result.rounds, 1000.0 * result.verify_seconds / result.rounds - bare
+    period = (ends[-1] - ends[0]) / len(widths)
+    bare = sum(interpolate(curve, width).ms for width in widths) / len(widths)
+    return sum(widths) / len(widths), 1000.0 * period - bare
 
 
 def measure_batch_overhead(model: torch.nn.Module, device: torch.device, context_ids: Sequence[int],
-                           prompts: Sequence[Sequence[int]], curve: LatencyCurve, pad_id: int = 0,
+                           prompts: Sequence[Sequence[int]], curve: LatencyCurve,
                            gammas: Sequence[int] = GAMMAS) -> LatencyCurve:
     """The overhead curve at ``curve.batch``: ms (>= 0) per target forward against mean width.
 
@@ -72,12 +84,10 @@ def measure_batch_overhead(model: torch.nn.Module, device: torch.device, context
     its full budget).
     """
     rows = batch_prompts(context_ids, prompts, curve.batch)
-    BatchedEngine(model, device, set(), None, 0, pad_id).generate(rows, 2)  # warm-up: this batch's first shapes
+    _overhead_point(model, device, rows, 0, curve)  # warm-up: this batch's first shapes
     points: dict[int, list[float]] = {}
     for gamma in gammas:
-        drafter = PerSequenceDrafters(lambda: NgramDrafter(3)) if gamma else None
-        engine = BatchedEngine(model, device, set(), drafter, gamma, pad_id)
-        point = _overhead_point(engine, rows, curve)
+        point = _overhead_point(model, device, rows, gamma, curve)
         if point is not None:
             points.setdefault(max(1, round(point[0])), []).append(point[1])
     widths = tuple(sorted(points))

@@ -28,7 +28,7 @@ from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profi
 from specplan.core.prompts import Prompt
 from specplan.runtime.backend import Session
 from specplan.runtime.backends import backend_for
-from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids, pad_id
+from specplan.runtime.build import build_drafter, build_tree_drafter, eos_ids
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.head import HeadDrafter
@@ -225,7 +225,7 @@ def _batch_overheads(target: LoadedModel, prompts: list[Prompt], context: list[i
     if not curves:
         return ()
     encoded = [encode_prompt(target.tokenizer, prompt.text) for prompt in prompts[:32]]
-    return tuple(measure_batch_overhead(target.model, device, context, encoded, curve, pad_id(target))
+    return tuple(measure_batch_overhead(target.model, device, context, encoded, curve)
                  for curve in tqdm(curves, desc="batched runtime overhead", unit="batch"))
 
 

@@ -149,6 +149,14 @@ class TogetherResult:
         """Tokens committed per second by all the prompts together (goodput)."""
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Goodput of the decode alone: the tokens committed after each prompt's first round, over the
+        seconds after the last first round ended (the prompts prefill together in the first step)."""
+        first = max((sequence.first_seconds for sequence in self.sequences), default=0.0)
+        tokens = self.new_tokens - sum(sequence.first_tokens for sequence in self.sequences)
+        return tokens / (self.seconds - first) if self.seconds > first and tokens > 0 else 0.0
+
 
 def generate_together(batcher: Batcher | None, engines: Sequence[SpeculativeEngine], prompt_ids: Sequence[list[int]],
                       max_new_tokens: int, samplings: Sequence[SamplingConfig]) -> TogetherResult:

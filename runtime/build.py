@@ -193,7 +193,7 @@ def check_stages(plan: Plan, profile: Profile) -> None:
 
 def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torch.device,
                  runtime: RuntimeMode = EAGER, session: Session | None = None, fallback: bool = True,
-                 fixed_chain: bool = False) -> SpeculativeEngine:
+                 fixed_chain: bool = False, stop_at_eos: bool = True) -> SpeculativeEngine:
     """The engine that executes ``plan``'s stages on ``target`` (plain decoding when it has none).
 
     A plan of several stages (bottom first) becomes a chain: every middle model is a
@@ -202,11 +202,12 @@ def build_engine(plan: Plan, profile: Profile, target: LoadedModel, device: torc
     ``session``: the target's session to reuse (engines that never run at once may share one).
     ``fallback``: rounds fall back to plain decoding while the plan costs more per token than it,
     both measured in this engine's own rounds (runtime/fallback.py). ``fixed_chain``: a lookup's chain
-    keeps the plan's gamma every round (no ``ChainGrowth``; bench's ``plan-fixed-chain``).
+    keeps the plan's gamma every round (no ``ChainGrowth``; bench's ``plan-fixed-chain``). ``stop_at_eos``
+    False: every request decodes its whole budget (a fixed-length throughput measurement).
     """
     check_stages(plan, profile)
     session = session if session is not None else target_session(target, device, runtime)
-    stop = eos_ids(target) | session.eos_ids
+    stop = eos_ids(target) | session.eos_ids if stop_at_eos else set()
     if not plan.stages:
         return SpeculativeEngine(session, device, stop, runtime=runtime)
     drafter = build_drafter_chain(plan.stages, profile, target, device, stop, runtime)

@@ -50,6 +50,8 @@ class GenerationResult:
     plain_rounds: int = 0  # rounds the fallback guard played as plain decoding (runtime/fallback.py)
     fallbacks: int = 0  # times the guard left the plan for plain decoding
     cached_tokens: int = 0  # prompt tokens the target's cache kept from the last request (generate's keep_cache)
+    first_seconds: float = 0.0  # wall time to the first round's commit, the prefill included
+    first_tokens: int = 0  # what the first round committed (its accepted draft and bonus)
 
     @property
     def mean_accepted(self) -> float:
@@ -125,6 +127,7 @@ class SpeculativeEngine:
         cached = len(text.context) - len(self.target.rewind_to(text.context)) if keep else 0
         self.stage.catch_up(text.context)  # prefill (of what the cache lacks)
         guard, growth = self.guard, self.growth
+        first_seconds, first_tokens = 0.0, 0
         if growth is not None:
             growth.start()
         if guard is not None:
@@ -144,10 +147,12 @@ class SpeculativeEngine:
             if growth is not None and played == "plan" and gamma is None:
                 growth.record(result.drafted, len(result.chunk))
             chunk = text.add(result.chunk)
+            if not first_tokens:
+                first_seconds, first_tokens = now(self.device) - start, len(chunk)
             if on_commit is not None and on_commit(chunk):  # True: the caller ends the request here
                 text.stop()
         seconds = now(self.device) - start
         return GenerationResult(tuple(text.new), seconds, len(text.per_forward), tuple(text.per_forward),
                                 stats.draft_seconds, stats.verify_seconds, text.stop_reason or "max_new_tokens",
                                 self._stage_stats(stats), guard.plain_rounds if guard else 0,
-                                guard.switches if guard else 0, cached)
+                                guard.switches if guard else 0, cached, first_seconds, first_tokens)

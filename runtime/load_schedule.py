@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specplan.core.plan import Plan, Stage
+from specplan.core.profile import Profile
 from specplan.core.schedule import Schedule, ScheduleRow
 
 
@@ -95,3 +96,30 @@ class LoadSchedule:
     def describe(self) -> str:
         """One line: what each scheduled load plays."""
         return "; ".join(f"{choice.batch} at once: {choice.played}" for choice in self.choices)
+
+
+def serving_schedule(plan: Plan, profile: Profile, parallel: int) -> Schedule | None:
+    """The schedule ``parallel`` sequences decoded together play by load (``serve --parallel``, ``run --batch``):
+    the plan's own where it has one, else solved now from the profile at 2, 4, 8, ... and ``parallel``
+    sequences among what the plan's engine can play (plain decoding, the plan, its chain at another length:
+    :func:`~specplan.planner.schedule.playable_schedule`; on llama.cpp ``T(n, b) = T(b n)``, docs/planner-math.md
+    section 11.5). None for ``parallel`` 1."""
+    from specplan.planner.batch import seen_batches
+    from specplan.planner.schedule import playable_schedule
+
+    if parallel < 2:
+        return None
+    if plan.schedule is not None:
+        return plan.schedule
+    wanted = {1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}
+    return playable_schedule(plan, profile, seen_batches(profile, tuple(wanted)))  # a larger load plays the last row
+
+
+def load_schedule(plan: Plan, profile: Profile, parallel: int, batcher) -> LoadSchedule:
+    """What each round of ``parallel`` sequences decoded together by ``batcher`` plays at the load it starts under:
+    :func:`serving_schedule`'s rows, or the plan alone (one sequence at a time, or a profile seen at batch 1 only)."""
+    schedule = serving_schedule(plan, profile, parallel)
+    if schedule is None:
+        return LoadSchedule((LoadChoice(1, not plan.stages, None, plan.summary()),), lambda: 1)
+    return LoadSchedule(load_choices(plan, schedule), lambda: batcher.active)
+

@@ -4,7 +4,7 @@
 Each sequence's engine runs in a thread of its own, unchanged (its drafter, tree, fallback guard, chain
 growth and sampling stay per sequence), as on llama.cpp (runtime/llama_cpp_shared.py). What the
 sequences share is each network's forward: a :class:`SharedBatch` holds one network and one ragged
-batched cache (runtime/batched/cache.py ``BatchedKV``) with a row per slot, and a :class:`TorchSlotSession`
+batched cache (runtime/batched_kv.py ``BatchedKV``) with a row per slot, and a :class:`TorchSlotSession`
 is the session contract (runtime/backend.py) over one row. A slot session never runs the network
 itself: its extend hands its tokens (a chain, or a draft tree's nodes) to the :class:`~specplan.runtime.batcher.Batcher`
 and waits; the batcher's step runs one forward over every slot's row (a slot with nothing to decode
@@ -28,7 +28,7 @@ import torch
 
 from specplan.core.errors import SpecplanError
 from specplan.runtime.backend import Session
-from specplan.runtime.batched.cache import BatchedKV
+from specplan.runtime.batched_kv import BatchedKV
 from specplan.runtime.batcher import Batcher
 from specplan.runtime.timing import now
 from specplan.runtime.tree import DraftTree
@@ -59,6 +59,7 @@ class SharedBatch:
         self.kv = BatchedKV(network, self.device, pad_id=PAD)
         self.kv.mask = torch.zeros((slots, 0), dtype=torch.long, device=self.device)
         self._free = list(range(slots))
+        self.log: list[tuple[float, int]] | None = None  # set to a list: (end time, width) of every forward
 
     def session(self) -> "TorchSlotSession":
         """A session over a free row; SpecplanError when every row is taken."""
@@ -89,11 +90,12 @@ class SharedBatch:
             for extend in extends:
                 extend.error = error
             return
+        if self.log is not None:
+            self.log.append((now(self.device), self.kv.last_width))
         for extend in extends:
             extend.rows = logits[extend.slot, :len(extend.tokens)].float()
-        for slot in range(self.slots):
-            if slot not in by_slot:
-                self.kv.drop(slot, torch.arange(slots, self.kv.slots, device=self.device))
+        idle = [slot for slot in range(self.slots) if slot not in by_slot]  # their padding tokens, all at once
+        self.kv.drop(idle, torch.arange(slots, self.kv.slots, device=self.device))
 
     def keep(self, slot: int, past: int, nodes: Sequence[int]) -> None:
         """Row ``slot`` keeps its first ``past`` tokens, then only ``nodes`` of what follows."""
@@ -101,12 +103,12 @@ class SharedBatch:
             kept = self.kv.mask[slot].nonzero().flatten()
             dropped = torch.ones(len(kept) - past, dtype=torch.bool, device=kept.device)
             dropped[list(nodes)] = False
-            self.kv.drop(slot, kept[past:][dropped])
+            self.kv.drop([slot], kept[past:][dropped])
 
     def trim(self, slot: int, length: int) -> None:
         """Row ``slot`` keeps only its first ``length`` tokens."""
         with self.batcher.cache_lock:
-            self.kv.drop(slot, self.kv.mask[slot].nonzero().flatten()[length:])
+            self.kv.drop([slot], self.kv.mask[slot].nonzero().flatten()[length:])
 
 
 class TorchSlotSession(Session):
@@ -170,10 +172,14 @@ class SharedNetworks:
         self._lock = threading.Lock()
 
     def session(self, network: torch.nn.Module) -> TorchSlotSession:
+        return self.shared(network).session()
+
+    def shared(self, network: torch.nn.Module) -> SharedBatch:
+        """The batched cache of ``network`` (made on first use)."""
         with self._lock:
             if id(network) not in self._batches:
                 self._batches[id(network)] = SharedBatch(network, self.slots, self.batcher)
-            return self._batches[id(network)].session()
+            return self._batches[id(network)]
 
     def network(self, key: str, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
         """The network ``key`` names, loaded by ``load`` the first time (one copy for every slot)."""

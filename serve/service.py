@@ -16,8 +16,7 @@ from specplan.runtime.context import draft_width
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.prediction import prediction_tokens
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.load_schedule import LoadSchedule, load_choices
-from specplan.api import serving_schedule
+from specplan.runtime.load_schedule import LoadSchedule, load_schedule
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.serve.metrics import ServeMetrics
 from specplan.serve.schema import ChatRequest, Common, CompletionRequest, ServeError
@@ -74,10 +73,9 @@ class Service:
     def _load_schedule(self, batcher) -> LoadSchedule | None:
         """With several requests decoding together, what each round plays at each load: the plan alone,
         the schedule's row for the requests in flight beside it (runtime/load_schedule.py)."""
-        schedule = serving_schedule(self.runner.plan, self.runner.profile, self.settings.parallel)
-        if schedule is None:
+        if self.settings.parallel < 2:
             return None
-        return LoadSchedule(load_choices(self.runner.plan, schedule), lambda: batcher.active)
+        return load_schedule(self.runner.plan, self.runner.profile, self.settings.parallel, batcher)
 
     # requests -> jobs
 

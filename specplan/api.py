@@ -95,8 +95,8 @@ def solve_plan_file(profile: Profile, profile_path: Path, plan_path: Path, optio
                     batched: bool = False) -> Solution:
     """What ``specplan plan`` writes to ``plan_path``: the solved plan (recording ``profile_path``
     relative to the plan's folder), with its schedule when the profile measured several batch sizes
-    (or ``batches`` asks), made adaptive (``adaptive``), or solved only among what the batched runtime
-    executes (``batched``). Nothing is written or printed here."""
+    (or ``batches`` asks), made adaptive (``adaptive``), or solved only among one-stage configurations
+    into the target (``batched``). Nothing is written or printed here."""
     from specplan.planner.adaptive_plan import make_adaptive
     from specplan.planner.batched_scope import batched_scope
 
@@ -168,23 +168,6 @@ def shared_sessions(plan: Plan, profile: Profile, parallel: int, threads: int, f
         raise SpecplanError(f"{flag} {parallel} decodes sequences together with static plans; this plan is adaptive: "
                             f"pass {flag} 1, or re-plan without --adaptive")
     return backend_for(profile.backend).shared_sessions(plan, profile, parallel, threads, flag)
-
-
-def serving_schedule(plan: Plan, profile: Profile, parallel: int):
-    """The schedule a server decoding up to ``parallel`` requests together plays by load
-    (runtime/load_schedule.py): the plan's own where it has one, else solved now from the profile at 2, 4,
-    8, ... and ``parallel`` requests among what the plan's engine can play (plain decoding, the plan, its
-    chain at another length: :func:`~specplan.planner.schedule.playable_schedule`; on llama.cpp
-    ``T(n, b) = T(b n)``, docs/planner-math.md section 11.5). None for ``parallel`` 1."""
-    from specplan.planner.batch import seen_batches
-    from specplan.planner.schedule import playable_schedule
-
-    if parallel < 2:
-        return None
-    if plan.schedule is not None:
-        return plan.schedule
-    wanted = {1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}
-    return playable_schedule(plan, profile, seen_batches(profile, tuple(wanted)))  # a larger load plays the last row
 
 
 class Runner:
@@ -285,19 +268,16 @@ class Runner:
             yield Batch(chunk, ids, result, source, choice.played, _scheduled_goodput(self.plan, len(chunk)))
 
     def _slot_engines(self, size: int):
-        """The engines of :meth:`generate_batches` and their load schedule (None for one at a time)."""
-        from specplan.runtime.load_schedule import LoadChoice, LoadSchedule, load_choices
+        """The engines of :meth:`generate_batches` and the load schedule they play by (made on the first call)."""
+        from specplan.runtime.load_schedule import load_schedule
 
         if not self._engines:
             self._engines = self._runner.slot_engines(size)
-            schedule = serving_schedule(self.plan, self.profile, size)
-            if schedule is not None:
-                batcher = self._runner.target.sessions.batcher
-                self._load = LoadSchedule(load_choices(self.plan, schedule), lambda: batcher.active)
+            batcher = self._runner.target.sessions.batcher if size > 1 else None
+            self._load = load_schedule(self.plan, self.profile, size, batcher)
+            if size > 1:
                 for engine in self._engines:
                     engine.load = self._load
-            else:
-                self._load = LoadSchedule((LoadChoice(1, not self.plan.stages, None, self.plan.summary()),), lambda: 1)
         return self._engines, self._load
 
     def summary_line(self, result: "RunResult") -> str:

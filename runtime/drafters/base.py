@@ -1,6 +1,6 @@
 """The drafter interfaces, what a drafter returns, and the settings drafting shares with
 verification (docs/architecture.md, "The drafter interface"): :class:`Drafter` proposes for one
-sequence, :class:`BatchedDrafter` for every running sequence of a batch at once."""
+sequence (sequences decoded together each have drafters of their own: runtime/batcher.py)."""
 
 from __future__ import annotations
 
@@ -100,29 +100,4 @@ class Drafter(ABC):
     def drafters(self) -> list["Drafter"]:
         """This drafter and every drafter it runs (a hierarchy's, a graft's or a plan's candidates)."""
         return [self]
-
-
-class BatchedDrafter(ABC):
-    """What the batched engine calls on the drafter of a batched sequence stage: one proposal per
-    running sequence per round, greedy (argmax or looked-up tokens, no draft distributions).
-
-    A sequence :class:`Drafter` becomes a batched one through
-    :class:`~specplan.runtime.batched.drafters.PerSequenceDrafters` (a drafter of its own per
-    sequence, asked one after another); a drafter model runs the whole batch in each forward
-    (:class:`~specplan.runtime.batched.drafters.BatchedModelDrafter`).
-    """
-
-    name: str
-
-    @abstractmethod
-    def reset(self, batch: int) -> None:
-        """Forget every sequence's state; ``batch`` sequences start."""
-
-    @abstractmethod
-    def propose(self, committed: Sequence[list[int]], gamma: Sequence[int]) -> list[tuple[int, ...]]:
-        """One draft per running sequence ``i``, at most ``gamma[i]`` tokens continuing ``committed[i]``."""
-
-    @abstractmethod
-    def select(self, indices: Sequence[int]) -> None:
-        """Keep only the running sequences at ``indices`` (the others finished), in that order."""
 

@@ -164,21 +164,21 @@ def test_a_parting_output_is_named_a_near_tie_by_the_targets_gap(ngram_plan, mon
     plan_path, _ = ngram_plan
     runner = Runner.open(plan_path, force=True).plan_runner
     prompts = [runner.check_prompt(Prompt("p", "p", text), 6) for text in PROMPTS[:2]]
-    original = batched.engine_decoder
+    original = batched.engines_decoder
 
-    def parting(engine):
-        decode = original(engine)
+    def parting(runner, batch, stages, scheduled, stop_at_eos=True):
+        configuration, decode = original(runner, batch, stages, scheduled, stop_at_eos)
 
         def run(chosen, max_new_tokens):
-            outputs, seconds, prefill = decode(chosen, max_new_tokens)
-            if engine.name != "target":  # the speculative stages: their first sequence parts at token 2
+            outputs, seconds, rate = decode(chosen, max_new_tokens)
+            if stages:  # the speculative stages: their first sequence parts at token 2
                 first = list(outputs[0])
                 first[2] = (first[2] + 1) % 100
                 outputs = [tuple(first), *outputs[1:]]
-            return outputs, seconds, prefill
-        return run
+            return outputs, seconds, rate
+        return configuration, run
 
-    monkeypatch.setattr(batched, "engine_decoder", parting)
+    monkeypatch.setattr(batched, "engines_decoder", parting)
     monkeypatch.setattr(batched, "NEAR_TIE", threshold)
     points = {p.method: p for p in batched.measure_batch(runner, prompts, 2, 6, repeats=1)}
     assert points["plain-runtime"].identical == 2 and points["plain-runtime"].near_ties == 0

@@ -14,9 +14,11 @@ from specplan.planner.batch import batch_view, overhead_ms
 from specplan.planner.schedule import solve_schedule
 from specplan.profiler.batch_latency import measure_batch_latency
 from specplan.profiler.batch_overhead import batch_prompts, measure_batch_overhead
-from specplan.runtime.batched.engine import BatchedEngine
-from specplan.runtime.batched.drafters import PerSequenceDrafters
+from specplan.runtime.batcher import generate_together
+from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.ngram import NgramDrafter
+from specplan.runtime.engine import SpeculativeEngine
+from specplan.runtime.torch_shared import SharedNetworks
 from tests.planner.test_schedule import OPTIONS, batched_profile
 from tests.runtime.tiny_models import tiny_llama
 
@@ -72,14 +74,23 @@ def test_overhead_is_interpolated_and_held_at_the_ends():
     assert [overhead_ms(curve, n) for n in (1, 2, 3, 5, 9)] == pytest.approx([0.5, 1.0, 2.0, 4.0, 4.0])
 
 
-def test_the_runtime_reports_each_verify_forward_width():
+def test_sequences_decoded_together_log_each_forward_width():
+    """The shared batch logs every forward's width (its widest row): the prompts' prefill, then chains of
+    up to gamma + 1 tokens, or one token a forward for plain decoding; fewer forwards than the sequences'
+    rounds together (their rounds shared each forward)."""
     model = tiny_llama()
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7, 5, 6, 7, 5]]
-    result = BatchedEngine(model, CPU, set(), PerSequenceDrafters(lambda: NgramDrafter(3)), 3).generate(prompts, 12)
-    assert len(result.verify_widths) == result.rounds
-    assert all(1 <= width <= 4 for width in result.verify_widths) and max(result.verify_widths) > 1
-    plain = BatchedEngine(model, CPU, set()).generate(prompts, 6)
-    assert plain.verify_widths == (1,) * plain.rounds
+    for gamma, widest in ((3, 4), (0, 1)):
+        networks = SharedNetworks(2)
+        networks.shared(model).log = []
+        engines = [SpeculativeEngine(networks.session(model), CPU, set(), NgramDrafter(3) if gamma else None,
+                                     gamma=gamma) for _ in prompts]
+        result = generate_together(networks.batcher, engines, prompts, 12, [SamplingConfig()] * 2)
+        widths = [width for _, width in networks.shared(model).log]
+        assert widths[0] == 7 and all(1 <= width <= widest for width in widths[1:])  # the prefill: all but the last
+        assert (max(widths[1:]) > 1) == (gamma > 0)
+        assert len(widths) - 1 <= sum(sequence.target_forwards for sequence in result.sequences)
+        assert len(widths) - 1 >= max(sequence.target_forwards for sequence in result.sequences)
 
 
 def test_the_profiler_measures_an_overhead_curve_on_a_tiny_model():

@@ -238,7 +238,7 @@ class TorchSlotsTogether(SlotsTogether):
         self.networks = SharedNetworks(count)
         self.batcher = self.networks.batcher
         self.sessions = [self.networks.session(model) for _ in range(count)]
-        self.kv = self.sessions[0]._shared.kv  # the batched cache (runtime/batched/cache.py)
+        self.kv = self.sessions[0]._shared.kv  # the batched cache (runtime/batched_kv.py)
 
 
 # ---- the backends ----------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_a_server_schedules_by_load_from_the_plan_or_its_profile(fast_plan):
     plan has none; the plan's own schedule where it has one."""
     from dataclasses import replace
 
-    from specplan.api import serving_schedule
+    from specplan.runtime.load_schedule import serving_schedule
     from specplan.core.contract import load_plan_and_profile
 
     plan, profile, _ = load_plan_and_profile(str(fast_plan))

@@ -1,5 +1,6 @@
 """One KV cache for ``b`` sequences that each keep their own rows: ragged forwards, per-sequence
-rollback, padding masked (docs/guide.md, "Batched runs"; planner-math.md section 11.2).
+rollback, padding masked: the cache of torch slot sessions (runtime/torch_shared.py; docs/guide.md,
+"Batched runs").
 
 Layout: a transformers ``DynamicCache`` of ``[b, kv_heads, slots, head_dim]`` and a 0/1
 ``mask`` ``[b, slots]``: slot ``j`` of sequence ``i`` holds one of its tokens iff
@@ -62,7 +63,7 @@ class BatchedKV:
         """Run ``model`` over one row of new tokens per sequence (each row non-empty; the first call
         sets the batch). Returns logits ``[b, width, vocab]``; row ``i``'s position ``k`` follows its
         token ``k`` (positions past ``len(rows[i])`` are padding: ignore them). Every new slot is
-        kept until :meth:`keep` or :meth:`truncate` says otherwise.
+        kept until :meth:`drop` says otherwise.
 
         With ``trees`` (row ``i`` is the token list of ``trees[i]``), each row's tokens attend to
         their sequence's kept slots and to their tree ancestors only, at positions ``length +
@@ -115,50 +116,23 @@ class BatchedKV:
         mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
         return mask.masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
 
-    def keep(self, counts: Sequence[int]) -> None:
-        """After a forward, sequence ``i`` keeps only the first ``counts[i]`` of its new slots (the
-        root and its accepted draft tokens); the others are masked and trailing slots cropped."""
-        start = self.slots - self.last_width
-        for index, count in enumerate(counts):
-            self.mask[index, start + count:] = 0
-        self._crop()
-
-    def keep_nodes(self, kept: Sequence[Sequence[int]]) -> None:
-        """After a forward, sequence ``i`` keeps only the new slots ``kept[i]`` (in increasing order:
-        a tree's root and accepted path, whose positions are then its next logical ones)."""
-        start = self.slots - self.last_width
-        for index, nodes in enumerate(kept):
-            keep = torch.zeros(self.last_width, dtype=torch.long, device=self.device)
-            keep[list(nodes)] = 1
-            self.mask[index, start:] *= keep
-        self._crop()
-
-    def drop(self, index: int, slots: torch.Tensor) -> None:
-        """Sequence ``index`` no longer keeps the physical ``slots`` (one sequence's keep or trim, the
-        others as they are); trailing slots no sequence keeps are cropped."""
-        self.mask[index, slots] = 0
+    def drop(self, indices: Sequence[int], slots: torch.Tensor) -> None:
+        """The sequences ``indices`` no longer keep the physical ``slots`` (a keep or trim, the others as they
+        are); then trailing slots no sequence keeps are cropped, and the cache may be packed, which moves
+        every slot: one call per change."""
+        if len(indices) and slots.numel():
+            rows = torch.tensor(list(indices), dtype=torch.long, device=self.device).unsqueeze(1)
+            self.mask[rows, slots.to(self.device).unsqueeze(0)] = 0
         self._crop()
 
     def restore(self, mask: torch.Tensor) -> None:
-        """Back to the cache ``mask`` described before a forward that raised: the slots it appended are cut."""
-        if mask.shape[1] == 0:
-            self.cache = DynamicCache(config=self.model.config)
-        else:
-            self.cache.crop(mask.shape[1])
+        """Back to the cache ``mask`` described before a forward that raised: whatever slots it appended, in
+        any layer, are cut."""
+        slots = mask.shape[1]
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.shape[-2] > slots:
+                layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]
         self.mask = mask
-
-    def truncate(self, lengths: Sequence[int]) -> None:
-        """Sequence ``i`` keeps only its first ``lengths[i]`` tokens (a rollback to a prefix)."""
-        limit = torch.tensor(list(lengths), device=self.device).unsqueeze(1)
-        self.mask = self.mask * (self.mask.cumsum(dim=1) <= limit).long()
-        self._crop()
-
-    def select(self, indices: Sequence[int]) -> None:
-        """Keep only the sequences ``indices`` (in that order): finished sequences leave the batch."""
-        chosen = torch.tensor(list(indices), dtype=torch.long, device=self.device)
-        self.cache.batch_select_indices(chosen)
-        self.mask = self.mask.index_select(0, chosen)
-        self._crop()
 
     def holes(self) -> int:
         """Masked slots: the work a forward spends on padding and rejected tokens."""
