@@ -159,3 +159,28 @@ def test_a_server_schedules_by_load_from_the_plan_or_its_profile(fast_plan):
     widest = max(max(curve.n) for curve in profile.target.latency)
     beyond = [row.batch for row in serving_schedule(plan, profile, 2 * widest).rows]
     assert max(beyond) <= widest and beyond[0] == 1  # loads beyond the curve play the last row it reaches
+
+
+def test_a_torch_plan_serves_requests_together(tmp_path, tiny_model_dir):
+    """On the torch backend (a tiny random model in float32, an n-gram plan) two requests at once are
+    decoded together, each on a row of one batched cache, and answer exactly as one at a time."""
+    from specplan.cli.main import main
+
+    assert main(["profile", "--target", tiny_model_dir, "--drafter", "ngram:3", "--quick", "--limit", "2", "--dtype",
+                 "float32", "--device", "cpu", "-o", str(tmp_path / "profile.yaml")]) == 0
+    served = Served(tmp_path / "plan.yaml", "--parallel", "2")
+    try:
+        assert "2 requests decode together" in served.line
+        client = openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=300)
+        alone = [answer(client, prompt) for prompt in PROMPTS[:2]]
+        together: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda i=i: together.update({i: answer(client, PROMPTS[i])})) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [together.get(0), together.get(1)] == alone
+        assert metric(served.root, "specplan_rounds_total") > 0
+        assert wait_until(lambda: idle(served.root))
+    finally:
+        served.stop()
