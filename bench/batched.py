@@ -1,5 +1,5 @@
-"""Whole-batch tokens/s at every batch size: the plan's engines playing the schedule's row for the
-sequences in flight (``schedule``, as ``run --batch`` and ``serve --parallel`` do), the plan's engines
+"""Whole-batch tokens/s at every batch size: engines of the schedule's row for the batch, each round
+playing the row for the sequences in flight (``schedule``, as ``run --batch`` does), the plan's engines
 playing the plan every round (``plan``), engines of plain decoding (``plain-runtime``), each sequence on
 an engine of its own with their forwards batched (runtime/batcher.py), and transformers ``generate`` with
 left padding (``plain``), each beside the schedule's prediction (planner-math.md section 11.2;
@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from specplan.core.runtime_modes import EAGER
-from specplan.runtime.batcher import generate_together
-from specplan.runtime.build import build_engine, eos_ids
+from specplan.runtime.build import eos_ids
 from specplan.runtime.drafters.base import SamplingConfig
-from specplan.runtime.load_schedule import load_schedule
 from specplan.runtime.lossless import NEAR_TIE, check_lossless, divergence_gap
 from specplan.runtime.runner import PlanRunner
 from specplan.runtime.timing import now
@@ -73,22 +70,14 @@ def decode_rate(new_tokens: int, sequences: int, seconds: float, prefill_seconds
 
 
 def engines_decoder(runner: PlanRunner, batch: int, stages, scheduled: bool, stop_at_eos: bool = True) -> tuple[str, Decoder]:
-    """(configuration, decoder) of ``batch`` engines of ``stages`` (the plan's, or none: plain decoding), one
-    per sequence, their forwards batched over sessions of their own (runtime/batcher.py); ``scheduled``: each
-    round plays the schedule's row for the sequences in flight (runtime/load_schedule.py), else the plan."""
-    plan = replace(runner.plan, stages=tuple(stages))
-    sessions = runner.runtime_backend.shared_sessions(plan, runner.profile, batch, runner.target.threads)
-    target = replace(runner.target, sessions=sessions)
-    engines = [build_engine(plan, runner.profile, target, runner.device, EAGER, fallback=runner.fallback,
-                            stop_at_eos=stop_at_eos) for _ in range(batch)]
-    load = load_schedule(plan, runner.profile, batch, sessions.batcher)
-    if scheduled and batch > 1:
-        for engine in engines:
-            engine.load = load
-    configuration = [choice for choice in load.choices if choice.batch <= batch][-1].played if scheduled else plan.summary()
+    """(configuration, decoder) of ``batch`` engines of ``stages`` (the plan's, a schedule row's, or none: plain
+    decoding), one per sequence, their forwards batched over sessions of their own (runtime/batcher.py);
+    ``scheduled``: each round plays the schedule's row for the sequences in flight, else ``stages``."""
+    together = runner.engines_together(batch, tuple(stages), scheduled, stop_at_eos, own=True)
+    configuration = together.choice(batch).played if scheduled else together.plan.summary()
 
     def decode(prompts: list[list[int]], max_new_tokens: int):
-        result = generate_together(sessions.batcher, engines, prompts, max_new_tokens, [SamplingConfig()] * batch)
+        result = together.generate(prompts, max_new_tokens, [SamplingConfig()] * batch)
         return [sequence.token_ids for sequence in result.sequences], result.seconds, result.decode_tokens_per_s
     return configuration, decode
 
@@ -144,9 +133,10 @@ def _methods(runner: PlanRunner, batch: int, built: dict,
     plan = runner.plan
     row = plan.schedule.row_for(batch) if plan.schedule is not None else None
     exact = row is not None and row.batch == batch
+    chosen = row.stages if row is not None else plan.stages  # the schedule's row for this batch
     if batch not in built:
         built[batch] = {name: engines_decoder(runner, batch, stages, scheduled, stop_at_eos) for name, stages, scheduled
-                        in (("schedule", plan.stages, True), ("plan", plan.stages, False), ("plain-runtime", (), False))}
+                        in (("schedule", chosen, True), ("plan", plan.stages, False), ("plain-runtime", (), False))}
     engines = built[batch]
     plain = row.plain_tokens_per_s if exact else None
     return {"schedule": (*engines["schedule"], row.tokens_per_s if exact else None),

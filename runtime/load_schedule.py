@@ -37,7 +37,7 @@ class LoadChoice:
 
 def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: Plan) -> LoadChoice:
     if row_stages == plan.stages:
-        return LoadChoice(batch, not plan.stages, None, row_summary)
+        return LoadChoice(batch, not plan.stages, None, plan.summary() if plan.stages else "plain decoding")
     if not row_stages:
         return LoadChoice(batch, True, None, "plain decoding")
     if len(row_stages) == 1 and len(plan.stages) == 1:

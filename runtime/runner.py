@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -19,11 +19,13 @@ from specplan.runtime.adaptive import AdaptiveEngine, AdaptiveResult
 from specplan.runtime.adaptive_build import build_adaptive_engine
 from specplan.runtime.backend import Session
 from specplan.runtime.backends import Backend, backend_for
+from specplan.runtime.batcher import TogetherResult, generate_together
 from specplan.runtime.build import build_engine
 from specplan.runtime.context import check_fits, draft_width
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.engine import GenerationResult, SpeculativeEngine
+from specplan.runtime.load_schedule import LoadChoice, LoadSchedule, load_schedule
 from specplan.runtime.lossless import NEAR_TIE, divergence_gap, first_divergence
 from specplan.models.load import LoadedModel, quiet_transformers
 from specplan.core.runtime_modes import EAGER, RuntimeMode
@@ -57,6 +59,25 @@ class PlainComparison:
         if self.near_tie:
             return f"{where}: a {dtype} near-tie (< {NEAR_TIE}), not a lossless failure; float32 is token-identical"
         return f"{where}: NOT a near-tie; a lossless failure, please report it"
+
+
+@dataclass(frozen=True)
+class Together:
+    """Engines of ``plan`` (one per sequence) whose forwards ``batcher`` decodes together (None: one engine,
+    alone), and the load schedule their rounds play by (runtime/load_schedule.py)."""
+
+    plan: Plan
+    engines: tuple | list
+    batcher: object
+    load: LoadSchedule
+
+    def choice(self, batch: int) -> LoadChoice:
+        """What a round plays with ``batch`` sequences in flight."""
+        return [choice for choice in self.load.choices if choice.batch <= batch][-1]
+
+    def generate(self, prompt_ids, max_new_tokens: int, samplings) -> TogetherResult:
+        """Prompt i on engine i with ``samplings[i]``, all together (runtime/batcher.py)."""
+        return generate_together(self.batcher, self.engines[:len(prompt_ids)], prompt_ids, max_new_tokens, samplings)
 
 
 @dataclass(frozen=True)
@@ -171,6 +192,29 @@ class PlanRunner:
             raise ValueError("several engines need a static plan opened with a session source")
         return [self.engine] + [build_engine(self.plan, self.profile, self.target, self.device, self.runtime,
                                              fallback=self.fallback) for _ in range(count - 1)]
+
+    def engines_together(self, size: int, stages: tuple | None = None, scheduled: bool = True,
+                         stop_at_eos: bool = True, own: bool = False) -> Together:
+        """``size`` engines of ``stages`` (None: the plan's) whose forwards are decoded together: the runner's slot
+        engines where they are those (the plan's stages, the session source the runner was opened with, not
+        ``own``), else engines over a session source of their own (the backend's, ``size`` slots). ``scheduled``:
+        each round plays the schedule's row for the sequences in flight (runtime/load_schedule.py), relative to
+        ``stages``; else ``stages`` every round. ``stop_at_eos`` False: every sequence decodes its whole budget."""
+        plan = self.plan if stages is None else replace(self.plan, stages=tuple(stages))
+        target = self.target
+        if plan.stages == self.plan.stages and not own and stop_at_eos and \
+                (size == 1 or (target.sessions is not None and target.sessions.slots >= size)):
+            engines = self.slot_engines(size)
+        else:
+            sessions = self.runtime_backend.shared_sessions(plan, self.profile, size, target.threads)
+            target = replace(target, sessions=sessions)
+            engines = [build_engine(plan, self.profile, target, self.device, self.runtime, fallback=self.fallback,
+                                    stop_at_eos=stop_at_eos) for _ in range(size)]
+        batcher = target.sessions.batcher if size > 1 else None
+        load = load_schedule(plan, self.profile, size, batcher)
+        for engine in engines:
+            engine.load = load if scheduled and size > 1 else None
+        return Together(plan, engines, batcher, load)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  plain: bool = False, stream: bool = False) -> GenerationResult:

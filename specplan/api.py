@@ -183,8 +183,7 @@ class Runner:
     def __init__(self, runner: "PlanRunner", batch: int | None = None):
         self._runner = runner
         self.batch = batch
-        self._engines: list = []  # the slot engines of generate_batches, made on its first call
-        self._load = None  # and the load schedule they play by
+        self._together: dict = {}  # generate_batches' engines, by the stages they run
 
     @classmethod
     def open(cls, plan: str | Path, *, runtime: str | RuntimeMode | None = None, force: bool = False,
@@ -244,11 +243,11 @@ class Runner:
     def generate_batches(self, prompts: "Sequence[str | Prompt]", *, max_new_tokens: int = 128,
                          temperature: float | None = None, top_p: float = 1.0, seed: int = 0) -> "Iterator[Batch]":
         """Decode ``prompts`` ``batch`` at a time (in order), together: each prompt of a batch on an engine of
-        the plan in a thread of its own, their forwards batched (runtime/batcher.py), each round playing the
-        schedule's row for the prompts in flight (runtime/load_schedule.py), as ``specplan serve`` does
+        its own in a thread of its own, their forwards batched (runtime/batcher.py), the engines those of the
+        plan's schedule row for the batch's size (the plan's stages without a schedule), each round playing
+        the row for the prompts then in flight (runtime/load_schedule.py), as ``specplan serve`` does
         (docs/guide.md, "Batched runs"); one :class:`Batch` as each finishes. Every prompt is checked to fit
         before the first batch decodes. ``temperature`` None: the plan's; prompt i samples with ``seed + i``."""
-        from specplan.runtime.batcher import generate_together
         from specplan.runtime.drafters.base import SamplingConfig
 
         temperature = self.plan.temperature if temperature is None else temperature
@@ -257,28 +256,25 @@ class Runner:
         prompts = [Prompt("prompt", "prompt", prompt) if isinstance(prompt, str) else prompt for prompt in prompts]
         prompt_ids = [self._runner.check_prompt(prompt, max_new_tokens) for prompt in prompts]
         size = self.batch or 1
-        engines, load = self._slot_engines(size)
-        batcher = self._runner.target.sessions.batcher if size > 1 else None
         for start in range(0, len(prompts), size):
             chunk, ids = tuple(prompts[start:start + size]), tuple(prompt_ids[start:start + size])
+            stages, source = self._stages_at(len(chunk))
+            if stages not in self._together:
+                self._together[stages] = self._runner.engines_together(size, stages)
+            together = self._together[stages]
             samplings = [SamplingConfig(temperature, top_p, seed + start + index) for index in range(len(chunk))]
-            result = generate_together(batcher, engines[:len(chunk)], ids, max_new_tokens, samplings)
-            choice = [choice for choice in load.choices if choice.batch <= len(chunk)][-1]
-            source = "the plan" if choice.batch == 1 else f"the schedule's row for batch {choice.batch}"
-            yield Batch(chunk, ids, result, source, choice.played, _scheduled_goodput(self.plan, len(chunk)))
+            result = together.generate(ids, max_new_tokens, samplings)
+            choice = together.choice(len(chunk))
+            if self.plan.schedule is None and choice.batch > 1:
+                source = f"the schedule solved from the profile, its row for batch {choice.batch}"
+            yield Batch(chunk, ids, result, source, choice.played, _scheduled_goodput(self.plan, len(chunk), stages))
 
-    def _slot_engines(self, size: int):
-        """The engines of :meth:`generate_batches` and the load schedule they play by (made on the first call)."""
-        from specplan.runtime.load_schedule import load_schedule
-
-        if not self._engines:
-            self._engines = self._runner.slot_engines(size)
-            batcher = self._runner.target.sessions.batcher if size > 1 else None
-            self._load = load_schedule(self.plan, self.profile, size, batcher)
-            if size > 1:
-                for engine in self._engines:
-                    engine.load = self._load
-        return self._engines, self._load
+    def _stages_at(self, batch: int) -> tuple[tuple, str]:
+        """The stages whose engines decode ``batch`` prompts together, and where they come from."""
+        if self.plan.schedule is None:
+            return tuple(self.plan.stages), "the plan (no schedule)"
+        row = self.plan.schedule.row_for(batch)
+        return tuple(row.stages), f"the schedule's row for batch {row.batch}"
 
     def summary_line(self, result: "RunResult") -> str:
         return self._runner.summary_line(result)
@@ -290,12 +286,12 @@ class Runner:
         return None
 
 
-def _scheduled_goodput(plan: Plan, batch: int) -> float | None:
-    """The schedule's goodput for ``batch`` when the schedule has a row for exactly that batch."""
+def _scheduled_goodput(plan: Plan, batch: int, stages: tuple) -> float | None:
+    """The schedule's goodput for ``batch`` when the schedule's row for exactly that batch runs ``stages``."""
     if plan.schedule is None:
         return None
     row = plan.schedule.row_for(batch)
-    return row.tokens_per_s if row.batch == batch else None
+    return row.tokens_per_s if row.batch == batch and tuple(row.stages) == tuple(stages) else None
 
 
 def predict(path: str | Path) -> "Prediction":

@@ -226,8 +226,8 @@ def test_bench_batch_at_the_profile_context(ngram_plan, capsys, tmp_path):
 
 
 def test_the_schedule_row_for_the_batch_is_what_runs(ngram_plan, capsys):
-    """With 2 prompts in flight a round plays the schedule's batch-1 row (the plan's n-gram), with 4 or 5 its
-    batch-4 row (plain decoding); the batch's line names the row for its size."""
+    """Batch 2 runs the schedule's batch-1 row (the plan's n-gram), batch 4 and 5 its batch-4 row (plain
+    decoding); the batch's line names the row for its size."""
     plan_path, prompts_path = ngram_plan
     document = yaml.safe_load(plan_path.read_text())
     predicted = {"ms_per_token": 1.0, "tokens_per_s": 1000.0, "plain_tokens_per_s": 900.0, "speedup": 1.1,
