@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -47,7 +47,6 @@ class Extend:
     error: BaseException | None = None
     done: bool = False
     thread: int = 0  # the sequence's thread that waits on it
-    extra: dict = field(default_factory=dict)
 
 
 class SharedBatch:
