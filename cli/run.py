@@ -32,7 +32,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--threads", type=integer(0, 1024), default=0,
                         help="a plan on the llama.cpp backend: llama.cpp's CPU threads (default: every core)")
     parser.add_argument("--batch", type=integer(1, 4096), default=None, metavar="B",
-                        help="decode the prompts B at a time together (greedy; the plan's schedule row for B)")
+                        help="decode the prompts B at a time together, each on an engine of the schedule's row for B "
+                             "(the plan's without a schedule), their forwards batched")
     add_runtime_option(parser, from_plan=True)
     parser.set_defaults(handler="run")
 
