@@ -64,8 +64,12 @@ def load_choices(plan: Plan, schedule: Schedule) -> tuple[LoadChoice, ...]:
     >>> [(c.batch, c.plain, c.gamma) for c in load_choices(plan, Schedule(rows, 4))]
     [(1, False, None), (2, False, 3), (4, True, None), (8, False, None)]
     """
-    alone = LoadChoice(1, not plan.stages, None, plan.summary())  # a request decoding alone plays its plan
-    return (alone,) + tuple(_row_choice(row, plan) for row in schedule.rows if row.batch > 1)
+    return (_alone(plan),) + tuple(_row_choice(row, plan) for row in schedule.rows if row.batch > 1)
+
+
+def _alone(plan: Plan) -> LoadChoice:
+    """A request decoding alone plays its plan."""
+    return LoadChoice(1, not plan.stages, None, plan.summary())
 
 
 def _row_choice(row: ScheduleRow, plan: Plan) -> LoadChoice:
@@ -89,7 +93,10 @@ class LoadSchedule:
         self.load = load
 
     def choice(self) -> LoadChoice:
-        load = self.load()
+        return self.at(self.load())
+
+    def at(self, load: int) -> LoadChoice:
+        """The choice for ``load`` sequences decoding together."""
         fitting = [choice for choice in self.choices if choice.batch <= load]
         return fitting[-1] if fitting else self.choices[0]
 
@@ -120,6 +127,6 @@ def load_schedule(plan: Plan, profile: Profile, parallel: int, batcher) -> LoadS
     :func:`serving_schedule`'s rows, or the plan alone (one sequence at a time, or a profile seen at batch 1 only)."""
     schedule = serving_schedule(plan, profile, parallel)
     if schedule is None:
-        return LoadSchedule((LoadChoice(1, not plan.stages, None, plan.summary()),), lambda: 1)
+        return LoadSchedule((_alone(plan),), lambda: 1)
     return LoadSchedule(load_choices(plan, schedule), lambda: batcher.active)
 

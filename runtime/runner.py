@@ -73,7 +73,7 @@ class Together:
 
     def choice(self, batch: int) -> LoadChoice:
         """What a round plays with ``batch`` sequences in flight."""
-        return [choice for choice in self.load.choices if choice.batch <= batch][-1]
+        return self.load.at(batch)
 
     def generate(self, prompt_ids, max_new_tokens: int, samplings) -> TogetherResult:
         """Prompt i on engine i with ``samplings[i]``, all together (runtime/batcher.py)."""

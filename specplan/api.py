@@ -232,11 +232,7 @@ class Runner:
             prompt = Prompt("prompt", "prompt", prompt)
         if max_new_tokens < 1:
             raise PlanError("max_new_tokens must be at least 1")
-        temperature = self.plan.temperature if temperature is None else temperature
-        if not (math.isfinite(temperature) and temperature >= 0):
-            raise PlanError(f"temperature {temperature} must be a finite number >= 0")
-        if not 0.0 < top_p <= 1.0:
-            raise PlanError("top_p must be in (0, 1]")
+        temperature = self._sampling(temperature, top_p)
         return self._runner.run_prompt(prompt, max_new_tokens, temperature, top_p, seed, stream=stream,
                                        compare_plain=compare_plain)
 
@@ -250,9 +246,7 @@ class Runner:
         before the first batch decodes. ``temperature`` None: the plan's; prompt i samples with ``seed + i``."""
         from specplan.runtime.drafters.base import SamplingConfig
 
-        temperature = self.plan.temperature if temperature is None else temperature
-        if not (math.isfinite(temperature) and temperature >= 0) or not 0.0 < top_p <= 1.0:
-            raise SpecplanError(f"temperature {temperature} must be a finite number >= 0 and top_p {top_p} in (0, 1]")
+        temperature = self._sampling(temperature, top_p)
         prompts = [Prompt("prompt", "prompt", prompt) if isinstance(prompt, str) else prompt for prompt in prompts]
         prompt_ids = [self._runner.check_prompt(prompt, max_new_tokens) for prompt in prompts]
         size = self.batch or 1
@@ -268,6 +262,15 @@ class Runner:
             if self.plan.schedule is None and choice.batch > 1:
                 source = f"the schedule solved from the profile, its row for batch {choice.batch}"
             yield Batch(chunk, ids, result, source, choice.played, _scheduled_goodput(self.plan, len(chunk), stages))
+
+    def _sampling(self, temperature: float | None, top_p: float) -> float:
+        """The temperature to decode at (None: the plan's); PlanError (one line) on a bad one or a bad top_p."""
+        temperature = self.plan.temperature if temperature is None else temperature
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise PlanError(f"temperature {temperature} must be a finite number >= 0")
+        if not 0.0 < top_p <= 1.0:
+            raise PlanError("top_p must be in (0, 1]")
+        return temperature
 
     def _stages_at(self, batch: int) -> tuple[tuple, str]:
         """The stages whose engines decode ``batch`` prompts together, and where they come from."""
