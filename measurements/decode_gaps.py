@@ -18,7 +18,11 @@ is measured: every width after a different one.
 context (``ggml_threadpool_new``, ``llama_attach_threadpool``, through ctypes: llama-cpp-python binds
 neither), as llama-server attaches one (its common/common.cpp); without it ggml makes one per graph.
 
-    .venv/bin/python measurements/decode_gaps.py [--model default|FILE.gguf] [--repeats 4] [--threads 2] [--thread-pool]
+``--plan PLAN`` times a plan's engine instead (its drafter, match gate and guard: what ``specplan run``
+plays) against the plain engine and the bare loop over the plan's own target session, on the plan's
+model; the median gap is that of rounds that drafted nothing, the common round where nothing copies.
+
+    .venv/bin/python measurements/decode_gaps.py [--model default|FILE.gguf | --plan PLAN] [--repeats 4] [--threads 2] [--thread-pool]
 """
 
 from __future__ import annotations
@@ -103,6 +107,16 @@ def pooled_loop(session: LlamaCppSession, prompt: list[int], threads: int):
     return run
 
 
+def plan_engines(plan_path: str, threads: int) -> tuple[LlamaCppSession, dict]:
+    """The target session of a llama.cpp plan, its engine and the plain engine over the same session."""
+    from specplan.api import Runner
+
+    runner = Runner.open(plan_path, threads=threads).plan_runner
+    engine = runner.engine
+    engine.eos_ids = runner.plain.eos_ids = set()  # every run decodes its whole budget
+    return engine.target, {"plan engine": engine, "plain engine": runner.plain}
+
+
 def inside_and_gap(timed: TimedDecode, run) -> tuple[float, float]:
     """Median ms inside a one-token decode and between two of them, over one run."""
     timed.calls.clear()
@@ -141,15 +155,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--thread-pool", action="store_true", help="also the bare loop on a persistent thread pool")
+    parser.add_argument("--plan", help="a llama.cpp plan.yaml: time its engine beside the plain one")
     args = parser.parse_args()
-    path = default_gguf_path() if args.model == "default" else args.model
-    session = LlamaCppSession(path, n_ctx=4096, threads=args.threads, exact=False)
+    if args.plan:
+        session, engines = plan_engines(args.plan, args.threads)
+        path = args.plan
+    else:
+        path = default_gguf_path() if args.model == "default" else args.model
+        session = LlamaCppSession(path, n_ctx=4096, threads=args.threads, exact=False)
+        engines = {"engine": SpeculativeEngine(session, torch.device("cpu"), eos_ids=set())}
     timed = TimedDecode(session._llama)
     session._llama = timed
     prompt = session.tokenize(PROMPT, add_special=False)
-    engine = SpeculativeEngine(session, torch.device("cpu"), eos_ids=set())
-    ways = {"bare": lambda: bare_loop(session, prompt),
-            "engine": lambda: engine.generate(prompt, NEW_TOKENS, SamplingConfig())}
+    ways = {"bare": lambda: bare_loop(session, prompt)}
+    for name, engine in engines.items():
+        ways[name] = lambda engine=engine: engine.generate(prompt, NEW_TOKENS, SamplingConfig())
     if args.thread_pool:
         ways["bare, persistent pool"] = pooled_loop(session, prompt, args.threads)
     for run in ways.values():

@@ -60,19 +60,22 @@ def batch_prompts(context_ids: Sequence[int], prompts: Sequence[Sequence[int]], 
 def _overhead_point(model: torch.nn.Module, device: torch.device, rows: list[list[int]], gamma: int,
                     curve: LatencyCurve) -> tuple[float, float] | None:
     """(mean width, ms of overhead per target forward) of one run of ``len(rows)`` sequences decoded together,
-    plainly (``gamma`` 0) or by ``ngram:3`` chains of ``gamma``; None without a forward after the first."""
+    plainly (``gamma`` 0) or by ``ngram:3`` chains of ``gamma``, over the forwards after the first that cover every
+    sequence (one that ended early leaves the others' later forwards narrower); None without one."""
     networks = SharedNetworks(len(rows))
     shared = networks.shared(model)
     engines = [SpeculativeEngine(networks.session(model), device, set(), NgramDrafter(3) if gamma else None,
                                  gamma=gamma, fixed_chain=True) for _ in rows]
     shared.log = []
     generate_together(networks.batcher, engines, rows, NEW_TOKENS, [SamplingConfig()] * len(rows))
-    ends, widths = [end for end, _ in shared.log], [width for _, width in shared.log[1:]]
-    if not widths:
+    # each forward after the first over every sequence: its period since the one before, and its width
+    forwards = [(end - shared.log[number][0], width) for number, (end, width, covered) in enumerate(shared.log[1:])
+                if covered == len(rows)]
+    if not forwards:
         return None
-    period = (ends[-1] - ends[0]) / len(widths)
-    bare = sum(interpolate(curve, width).ms for width in widths) / len(widths)
-    return sum(widths) / len(widths), 1000.0 * period - bare
+    period = sum(seconds for seconds, _ in forwards) / len(forwards)
+    bare = sum(interpolate(curve, width).ms for _, width in forwards) / len(forwards)
+    return sum(width for _, width in forwards) / len(forwards), 1000.0 * period - bare
 
 
 def measure_batch_overhead(model: torch.nn.Module, device: torch.device, context_ids: Sequence[int],

@@ -2,9 +2,11 @@
 rollback, padding masked: the cache of torch slot sessions (runtime/torch_shared.py; docs/guide.md,
 "Batched runs").
 
-Layout: a transformers ``DynamicCache`` of ``[b, kv_heads, slots, head_dim]`` and a 0/1
-``mask`` ``[b, slots]``: slot ``j`` of sequence ``i`` holds one of its tokens iff
-``mask[i, j] == 1``. A forward over rows of different lengths pads the short rows on the right
+Layout: a transformers ``DynamicCache`` of ``[b, kv_heads, slots, head_dim]`` whose layers keep spare
+room along the slot axis (:class:`SlotLayer`: a forward writes in place), and a 0/1 ``mask`` ``[b, slots]``:
+slot ``j`` of sequence ``i`` holds one of its tokens iff ``mask[i, j] == 1``. A forward may cover some
+sequences only (the others have nothing to decode): it runs over their rows alone, and the others' new
+slots are holes. A forward over rows of different lengths pads the short rows on the right
 and marks the padding 0; a rollback marks a sequence's rejected slots 0. Every forward passes
 the mask as the 2-D ``attention_mask`` (transformers builds the causal mask from it over the
 physical slots) and each sequence's *logical* positions as ``position_ids`` (the count of its
@@ -14,8 +16,8 @@ its own kept tokens at exactly the positions they would have alone: the holes ch
 but the work done.
 
 Slots no sequence keeps at the end of the cache are cropped; holes in the middle stay until
-they are more than ``COMPACT_HOLES`` of the slots, when :meth:`BatchedKV.compact` packs every
-sequence's kept slots to the right.
+they are more than ``COMPACT_HOLES`` of the slots of the sequences holding tokens, when
+:meth:`BatchedKV.compact` packs every sequence's kept slots to the right.
 
 Every padded query row comes after at least one real token of its own sequence (rows are padded
 on the right), so no query row is fully masked and no padding produces NaN keys or values.
@@ -27,10 +29,70 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
+from specplan.core.errors import SpecplanError
 from specplan.runtime.tree import DraftTree
 
 COMPACT_HOLES = 0.25  # pack the cache when more than this share of its slots are holes
+FIRST_CAPACITY = 256  # slots a layer's buffer first holds; it doubles when full
+
+
+class SlotLayer(DynamicLayer):
+    """A transformers cache layer whose keys and values sit in buffers with room to grow along the slot axis:
+    a forward writes its new slots in place instead of concatenating (which copies the whole cache every
+    forward), and a forward over some sequences only (:meth:`BatchedKV.forward` with ``sequences``) writes their
+    rows alone, ``sequences`` set to their rows (a slice when consecutive: no copy; else an index). The other
+    rows' new slots keep what the buffer held (zeros, or a dropped slot's values: finite either way, and
+    masked). ``batch``: the rows the buffers hold."""
+
+    def __init__(self, batch: int):
+        super().__init__()
+        self.batch = batch
+        self.sequences: slice | torch.Tensor = slice(None)
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @keys.setter
+    def keys(self, tensor: torch.Tensor | None) -> None:  # a whole new cache (a pack, a reset): no spare room
+        self._keys = tensor if tensor is not None and tensor.dim() == 4 else None
+        self.length = 0 if self._keys is None else self._keys.shape[-2]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._values is None else self._values[:, :, : self.length]
+
+    @values.setter
+    def values(self, tensor: torch.Tensor | None) -> None:
+        self._values = tensor if tensor is not None and tensor.dim() == 4 else None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if self._keys is None or end > self._keys.shape[-2]:
+            self._keys, self._values = (self._grown(buffer, states, end)
+                                        for buffer, states in ((self._keys, key_states), (self._values, value_states)))
+        rows = self.sequences
+        self._keys[rows, :, self.length:end] = key_states
+        self._values[rows, :, self.length:end] = value_states
+        self.length = end
+        return self._keys[rows, :, :end], self._values[rows, :, :end]
+
+    def _grown(self, buffer: torch.Tensor | None, states: torch.Tensor, end: int) -> torch.Tensor:
+        """A buffer of at least ``end`` slots (twice the old room, or ``FIRST_CAPACITY``) holding ``buffer``'s kept slots."""
+        room = max(end, 2 * buffer.shape[-2] if buffer is not None else FIRST_CAPACITY)
+        grown = states.new_zeros((self.batch, states.shape[1], room, states.shape[-1]))
+        if buffer is not None:
+            grown[:, :, : self.length] = buffer[:, :, : self.length]
+        return grown
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Forget the last ``-tokens_to_remove`` slots (their room stays for the next forward)."""
+        if tokens_to_remove < 0 and self.is_initialized:
+            self.length = max(0, self.length + tokens_to_remove)
 
 
 class BatchedKV:
@@ -59,7 +121,8 @@ class BatchedKV:
         """Tokens each sequence has in the cache (its next logical position)."""
         return self.mask.sum(dim=1).tolist()
 
-    def forward(self, rows: Sequence[Sequence[int]], trees: Sequence[DraftTree] | None = None) -> torch.Tensor:
+    def forward(self, rows: Sequence[Sequence[int]], trees: Sequence[DraftTree] | None = None,
+                sequences: Sequence[int] | None = None) -> torch.Tensor:
         """Run ``model`` over one row of new tokens per sequence (each row non-empty; the first call
         sets the batch). Returns logits ``[b, width, vocab]``; row ``i``'s position ``k`` follows its
         token ``k`` (positions past ``len(rows[i])`` are padding: ignore them). Every new slot is
@@ -68,9 +131,15 @@ class BatchedKV:
         With ``trees`` (row ``i`` is the token list of ``trees[i]``), each row's tokens attend to
         their sequence's kept slots and to their tree ancestors only, at positions ``length +
         depth`` (:meth:`tree_mask`): one verify forward over every sequence's draft tree.
+
+        ``sequences``: the forward covers only these sequences (ascending), ``rows[i]`` being sequence
+        ``sequences[i]``'s (:meth:`_forward_some`); the logits are ``[len(sequences), width, vocab]``.
         """
         if self.slots == 0 and self.batch == 0:
             self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=self.device)
+        self._slot_layers()
+        if sequences is not None and len(sequences) < self.batch:
+            return self._forward_some(rows, trees, list(sequences))
         if len(rows) != self.batch or min(len(row) for row in rows) < 1:
             raise ValueError(f"a batched forward needs one non-empty row per sequence ({self.batch}); got "
                              f"{[len(row) for row in rows]}")
@@ -96,6 +165,42 @@ class BatchedKV:
             output = self.model(input_ids=ids.to(self.device), attention_mask=attention, position_ids=positions,
                                 cache_position=slots, past_key_values=self.cache, use_cache=True)
         return output.logits
+
+    def _slot_layers(self) -> None:
+        """Make the cache's layers :class:`SlotLayer` over this batch (once, before its first forward)."""
+        layers = self.cache.layers
+        if all(isinstance(layer, SlotLayer) for layer in layers):
+            return
+        if any(type(layer) is not DynamicLayer or layer.is_initialized for layer in layers):
+            kinds = sorted({type(layer).__name__ for layer in layers})
+            raise SpecplanError(f"sequences decoded together need full-attention cache layers; this model's are {kinds}: "
+                                "run one sequence at a time")
+        self.cache.layers = [SlotLayer(self.batch) for _ in layers]
+
+    def _forward_some(self, rows, trees, sequences: list[int]) -> torch.Tensor:
+        """:meth:`forward` over some sequences only: the forward runs over their rows of the mask and of every
+        layer's buffers (:class:`SlotLayer`), so a sequence with nothing to decode costs no work; the others'
+        new slots are holes."""
+        consecutive = sequences == list(range(sequences[0], sequences[-1] + 1))
+        selected = (slice(sequences[0], sequences[-1] + 1) if consecutive
+                    else torch.tensor(sequences, dtype=torch.long, device=self.device))
+        full_mask = self.mask
+        self.mask = full_mask[selected]
+        for layer in self.cache.layers:
+            layer.sequences = selected
+        try:
+            logits = self.forward(rows, trees)
+        except BaseException:
+            self.mask = full_mask
+            raise
+        finally:
+            for layer in self.cache.layers:
+                layer.sequences = slice(None)
+        grown = full_mask.new_zeros((full_mask.shape[0], self.mask.shape[1]))
+        grown[:, : full_mask.shape[1]] = full_mask
+        grown[selected] = self.mask
+        self.mask = grown
+        return logits
 
     def tree_mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
         """Additive float mask ``[b, 1, width, slots + width]`` of a tree forward (0: attended).
@@ -131,12 +236,16 @@ class BatchedKV:
         slots = mask.shape[1]
         for layer in self.cache.layers:
             if getattr(layer, "keys", None) is not None and layer.keys.shape[-2] > slots:
-                layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]
+                layer.crop(slots - layer.keys.shape[-2])
         self.mask = mask
 
     def holes(self) -> int:
-        """Masked slots: the work a forward spends on padding and rejected tokens."""
-        return self.batch * self.slots - int(self.mask.sum())
+        """Masked slots of the sequences that hold tokens: the work their forwards spend on padding and rejected
+        tokens (a sequence holding none, a free slot, takes no part in a forward)."""
+        return self._rows_in_use() * self.slots - int(self.mask.sum())
+
+    def _rows_in_use(self) -> int:
+        return int(self.mask.any(dim=1).sum())
 
     def compact(self) -> None:
         """Pack every sequence's kept slots to the right end (padding on the left), the slot count
@@ -155,8 +264,7 @@ class BatchedKV:
             if getattr(layer, "keys", None) is None:
                 continue
             index = source[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-            layer.keys = layer.keys.gather(2, index)
-            layer.values = layer.values.gather(2, index)
+            layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)  # both read first
         self.mask = new_mask
 
     def _crop(self) -> None:
@@ -166,5 +274,5 @@ class BatchedKV:
         if keep < self.slots:
             self.cache.crop(keep - self.slots)  # a negative argument removes that many trailing slots
             self.mask = self.mask[:, :keep]
-        if self.holes() > self.compact_holes * self.batch * self.slots:
+        if self.holes() > self.compact_holes * self._rows_in_use() * self.slots:
             self.compact()

@@ -7,9 +7,9 @@ sequences share is each network's forward: a :class:`SharedBatch` holds one netw
 batched cache (runtime/batched_kv.py ``BatchedKV``) with a row per slot, and a :class:`TorchSlotSession`
 is the session contract (runtime/backend.py) over one row. A slot session never runs the network
 itself: its extend hands its tokens (a chain, or a draft tree's nodes) to the :class:`~specplan.runtime.batcher.Batcher`
-and waits; the batcher's step runs one forward over every slot's row (a slot with nothing to decode
-feeds one padding token it then drops), each row at its own logical positions and attending only to
-its own kept tokens (``BatchedKV``: padding and rejected tokens are holes in the mask). Keep, trim and
+and waits; the batcher's step runs one forward over the rows of the slots that have something to decode
+(the others are left out of it: a slot with nothing to decode costs no work), each row at its own logical
+positions and attending only to its own kept tokens (``BatchedKV``: padding and rejected tokens are holes in the mask). Keep, trim and
 reset edit the slot's row of the mask under the batcher's ``cache_lock``.
 
 Numerics: a row's logits are those of the sequence alone up to float summation order (the batched
@@ -33,7 +33,7 @@ from specplan.runtime.batcher import Batcher
 from specplan.runtime.timing import now
 from specplan.runtime.tree import DraftTree
 
-PAD = 0  # the token an idle slot's row and a short row's padding feed (masked: never attended)
+PAD = 0  # the token a short row's padding feeds (masked: never attended)
 
 
 @dataclass
@@ -58,7 +58,7 @@ class SharedBatch:
         self.kv = BatchedKV(network, self.device, pad_id=PAD)
         self.kv.mask = torch.zeros((slots, 0), dtype=torch.long, device=self.device)
         self._free = list(range(slots))
-        self.log: list[tuple[float, int]] | None = None  # set to a list: (end time, width) of every forward
+        self.log: list[tuple[float, int, int]] | None = None  # set to a list: (end time, width, rows) of every forward
 
     def session(self) -> "TorchSlotSession":
         """A session over a free row; SpecplanError when every row is taken."""
@@ -73,28 +73,26 @@ class SharedBatch:
         self._free.append(slot)
 
     def decode_together(self, extends: list[Extend]) -> None:
-        """One forward over every slot's row: the extends' tokens, one padding token for an idle slot
-        (dropped after); each extend gets its rows. An error is handed to every extend, the cache as before."""
-        by_slot = {extend.slot: extend for extend in extends}
-        rows = [by_slot[slot].tokens if slot in by_slot else [PAD] for slot in range(self.slots)]
-        trees = [by_slot[slot].tree if slot in by_slot else None for slot in range(self.slots)]
-        mask, slots = self.kv.mask.clone(), self.kv.slots
+        """One forward over the rows of the slots that have an extend, the others left out (their rows cost no
+        work); each extend gets its rows. An error is handed to every extend, the cache as before."""
+        extends = sorted(extends, key=lambda extend: extend.slot)
+        rows, trees = [extend.tokens for extend in extends], [extend.tree for extend in extends]
+        if all(tree is None for tree in trees):
+            trees = None
+        else:  # a chain beside trees goes in as the tree that is a chain
+            trees = [tree or DraftTree.chain(torch.tensor(row)) for row, tree in zip(rows, trees)]
+        mask = self.kv.mask.clone()
         try:
-            if all(tree is None for tree in trees):
-                logits = self.kv.forward(rows)
-            else:  # a chain beside trees goes in as the tree that is a chain
-                logits = self.kv.forward(rows, [tree or DraftTree.chain(torch.tensor(row)) for row, tree in zip(rows, trees)])
+            logits = self.kv.forward(rows, trees, [extend.slot for extend in extends])
         except Exception as error:  # handed to the sequences' threads, which raise it
             self.kv.restore(mask)
             for extend in extends:
                 extend.error = error
             return
         if self.log is not None:
-            self.log.append((now(self.device), self.kv.last_width))
-        for extend in extends:
-            extend.rows = logits[extend.slot, :len(extend.tokens)].float()
-        idle = [slot for slot in range(self.slots) if slot not in by_slot]  # their padding tokens, all at once
-        self.kv.drop(idle, torch.arange(slots, self.kv.slots, device=self.device))
+            self.log.append((now(self.device), self.kv.last_width, len(extends)))
+        for number, extend in enumerate(extends):
+            extend.rows = logits[number, :len(extend.tokens)].float()
 
     def keep(self, slot: int, past: int, nodes: Sequence[int]) -> None:
         """Row ``slot`` keeps its first ``past`` tokens, then only ``nodes`` of what follows."""

@@ -86,7 +86,7 @@ def test_sequences_decoded_together_log_each_forward_width():
         engines = [SpeculativeEngine(networks.session(model), CPU, set(), NgramDrafter(3) if gamma else None,
                                      gamma=gamma) for _ in prompts]
         result = generate_together(networks.batcher, engines, prompts, 12, [SamplingConfig()] * 2)
-        widths = [width for _, width in networks.shared(model).log]
+        widths = [width for _, width, _ in networks.shared(model).log]
         assert widths[0] == 7 and all(1 <= width <= widest for width in widths[1:])  # the prefill: all but the last
         assert (max(widths[1:]) > 1) == (gamma > 0)
         assert len(widths) - 1 <= sum(sequence.target_forwards for sequence in result.sequences)

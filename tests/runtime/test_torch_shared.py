@@ -21,6 +21,7 @@ from specplan.runtime.drafters.ngram import NgramDrafter
 from specplan.runtime.drafters.recycle import RecycleDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.torch_shared import SharedNetworks
+from specplan.runtime.tree import DraftTree
 from tests.runtime.tiny_models import tiny_llama
 
 CPU = torch.device("cpu")
@@ -131,6 +132,67 @@ def test_rollback_leaves_holes_that_the_mask_hides():
         with torch.no_grad():
             alone = target(torch.tensor([text])).logits[0, -1]
         torch.testing.assert_close(logits[index, 0], alone, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_a_forward_over_some_sequences_feeds_only_theirs(attn):
+    """A forward over some sequences runs the network over their rows alone (a sequence with nothing to
+    decode costs no work); each one's logits are as alone, the others' rows and lengths stay as they were,
+    and later forwards over all of them, a chain beside a tree, still read each sequence's own tokens."""
+    target = tiny_llama(attn, seed=0)
+    kv = BatchedKV(target, CPU, compact_holes=1.0)
+    kv.forward([[1, 2, 3, 4, 5], [9, 8], [30, 31, 32]])
+    batches = []
+    hook = target.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]),
+                                            with_kwargs=True)
+    logits = kv.forward([[6, 7], [33]], sequences=[0, 2])  # sequence 1 decodes nothing
+    hook.remove()
+    assert batches == [2] and logits.shape[0] == 2 and kv.lengths() == [7, 2, 4]
+    for text, row in (([1, 2, 3, 4, 5, 6, 7], logits[0, 1]), ([30, 31, 32, 33], logits[1, 0])):
+        with torch.no_grad():
+            alone = target(torch.tensor([text])).logits[0, -1]
+        torch.testing.assert_close(row, alone, rtol=1e-4, atol=1e-4)
+    kv.forward([[10], [11]], sequences=[1, 2])
+    kv.drop([2], torch.tensor([kv.slots - 1]))  # sequence 2 rejects its token
+    chain = DraftTree.chain(torch.tensor([12, 13]))
+    tree = DraftTree((-1, 0, 0), torch.tensor([40, 41, 42]))
+    logits = kv.forward([[12, 13], [43], [40, 41, 42]], [chain, DraftTree.chain(torch.tensor([43])), tree])
+    expected = [([1, 2, 3, 4, 5, 6, 7, 12, 13], logits[0, 1]), ([9, 8, 10, 43], logits[1, 0]),
+                ([30, 31, 32, 33, 40, 42], logits[2, 2])]
+    for text, row in expected:
+        with torch.no_grad():
+            alone = target(torch.tensor([text])).logits[0, -1]
+        torch.testing.assert_close(row, alone, rtol=1e-4, atol=1e-4)
+
+
+def test_a_forward_writes_in_place_and_free_rows_are_no_holes():
+    """The layers keep room along the slot axis: forwards and crops within it move no buffer. A free row
+    (holding no token) is not counted as holes, so one sequence decoding alone in a batch of three does not
+    pack the cache after every rejected draft."""
+    target = tiny_llama("sdpa", seed=0)
+    kv = BatchedKV(target, CPU)
+    kv.mask = torch.zeros((3, 0), dtype=torch.long)
+    kv.forward([[1, 2, 3, 4]], sequences=[1])
+    buffers = [layer._keys.data_ptr() for layer in kv.cache.layers]
+    assert kv.holes() == 0 and kv.lengths() == [0, 4, 0]
+    kv.forward([[5, 6, 7]], sequences=[1])
+    kv.drop([1], torch.tensor([kv.slots - 2]))  # a hole in the middle of the one row in use: 1 of 7 slots
+    kv.forward([[8]], sequences=[1])
+    kv.drop([1], torch.tensor([kv.slots - 1]))  # a trailing rejected token: cropped
+    assert kv.slots == 7 and kv.holes() == 1 and kv.lengths() == [0, 6, 0]
+    assert [layer._keys.data_ptr() for layer in kv.cache.layers] == buffers
+    assert all(layer.keys.shape == (3, layer.keys.shape[1], 7, layer.keys.shape[-1]) for layer in kv.cache.layers)
+
+
+def test_cache_layers_other_than_full_attention_are_refused():
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from specplan.core.errors import SpecplanError
+
+    kv = BatchedKV(tiny_llama("sdpa", seed=0), CPU)
+    kv.cache.layers[0] = DynamicSlidingWindowLayer(sliding_window=4)
+    with pytest.raises(SpecplanError, match="full-attention cache layers; this model's are"):
+        kv.forward([[1, 2], [3]])
 
 
 def test_a_forward_that_raises_leaves_every_row_as_it_was():
