@@ -73,12 +73,14 @@ def _alone(plan: Plan) -> LoadChoice:
 
 
 def _row_choice(row: ScheduleRow, plan: Plan) -> LoadChoice:
-    """The row's configuration, unless the row predicts the plan faster at its batch, or cannot cost the
-    plan there (a chain longer than the load's curve reaches: no evidence to leave the plan for)."""
-    if row.plan_tokens_per_s > row.tokens_per_s:
-        return _choice(row.batch, plan.stages, plan.summary(), plan)
+    """The row's configuration, unless the row cannot cost the plan at its batch (a chain longer than the load's
+    curve reaches: no evidence to leave the plan for), or speculates and predicts the plan faster there. A row
+    of plain decoding that costed the plan plays plain decoding: the schedule chose it over every speculation
+    it could cost, the plan's included, or found none that pays with a margin (docs/planner-math.md section 11.5)."""
     if row.plan_tokens_per_s == 0 and plan.stages and row.stages != plan.stages:
         return LoadChoice(row.batch, False, None, f"{plan.summary()} (not costed at this load)")
+    if row.stages and row.plan_tokens_per_s > row.tokens_per_s:
+        return _choice(row.batch, plan.stages, plan.summary(), plan)
     return _choice(row.batch, row.stages, row.summary, plan)
 
 

@@ -131,3 +131,28 @@ def test_plan_prints_the_spread_and_a_line_when_its_low_end_is_below_the_floor(t
     assert "over draws of its 8 calibration prompts" in printed
     low = float(printed.split("over draws")[0].rsplit("; ", 1)[1].split("x-")[0])
     assert (low < 1.0) == ("least favourable draws" in printed)
+
+
+@pytest.mark.parametrize("copies, shared", [([True] + [False] * 7, False), ([True, False] * 4, True)])
+def test_a_shared_load_speculates_only_where_the_low_end_of_the_spread_pays(copies, shared):
+    """At 2 sequences decoded together (llama.cpp: T(n, 2) = T(2n)) the solver's best configuration speculates on
+    both profiles, but where one prompt in eight copies, a draw of the prompts that copies nothing loses to
+    plain decoding: the schedule plays plain decoding there, as every request's draft would cost the other
+    one too. Where half the prompts copy, the low end still pays by the margin and the row keeps the speculation."""
+    from specplan.planner.batch import batch_view
+    from specplan.planner.schedule import SHARED_MARGIN, playable_schedule, solve_schedule
+    from specplan.planner.spread import prompt_spread
+
+    profile = copying_profile(copies)
+    plan = solve_plan(profile, OPTIONS).plan
+    view = batch_view(profile, 2)
+    best = solve_plan(view, OPTIONS).candidates[0]
+    plain_ms = next(row.ms_per_token for row in solve_plan(view, OPTIONS).candidates if not row.stages)
+    assert plan.stages and best.stages and best.ms_per_token < plain_ms
+    low = prompt_spread(replace(plan, stages=best.stages), view, plain_ms).low
+    assert (low >= SHARED_MARGIN) == shared
+    for schedule in (solve_schedule(profile, OPTIONS, (1, 2), plan).schedule, playable_schedule(plan, profile, (1, 2), OPTIONS)):
+        first, second = schedule.rows
+        assert first.stages and bool(second.stages) == shared
+        if not shared:
+            assert second.tokens_per_s == pytest.approx(second.plain_tokens_per_s) and second.speedup == 1.0

@@ -75,11 +75,13 @@ def test_rows_become_choices_the_plans_engine_can_play():
             ScheduleRow(4, "other drafter", chain("ngram-3", 2), 1.0, 1.0, 1.0, 1.0, 1.0, 0.9),
             ScheduleRow(8, "plain", (), 1.0, 1.0, 1.0, 1.0, 1.0, 0.9),
             ScheduleRow(16, "faster plan", chain("ngram-5", 2), 1.0, 1.0, 1.0, 1.0, 1.0, 1.5),
-            ScheduleRow(32, "plan not costed", (), 1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
+            ScheduleRow(32, "plan not costed", (), 1.0, 1.0, 1.0, 1.0, 1.0, 0.0),
+            ScheduleRow(64, "plain: no speculation pays with a margin", (), 1.0, 1.0, 1.0, 1.0, 1.0, 1.5))
     from specplan.core.plan import Plan
 
     plan = Plan("", "", {}, "target", 0.0, chain("ngram-5", 6), None)
     choices = load_choices(plan, Schedule(rows, 8))
     assert [(c.batch, c.plain, c.gamma) for c in choices] == [(1, False, None), (2, False, 3), (4, False, None),
-                                                              (8, True, None), (16, False, None), (32, False, None)]
+                                                              (8, True, None), (16, False, None), (32, False, None),
+                                                              (64, True, None)]
     assert "needs another engine" in choices[2].played and "not costed" in choices[5].played
