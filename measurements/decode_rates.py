@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 from pathlib import Path
 
@@ -71,12 +72,14 @@ def pooled(rows: list[dict], old: bool) -> tuple[dict, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("report", type=Path)
+    parser.add_argument("report", type=Path, help="a bench report.json (or report.json.gz)")
     parser.add_argument("--reference", default="llama-server")
     parser.add_argument("--written-before-the-fix", action="store_true")
     parser.add_argument("--method", help="a method whose per-category ratios to print with their intervals")
     args = parser.parse_args()
-    report = json.loads(args.report.read_text(encoding="utf-8"))
+    opened = gzip.open(args.report, "rt", encoding="utf-8") if args.report.suffix == ".gz" else args.report.open(encoding="utf-8")
+    with opened as file:
+        report = json.load(file)
     overall, category = pooled(report["rows"], args.written_before_the_fix)
     rate = {method: tokens / seconds for method, (tokens, seconds) in overall.items() if seconds > 0}
     categories = sorted({name for _, name in category})
