@@ -103,9 +103,12 @@ def paying_together(row: ScheduleRow, result: PlanResult, plan: Plan, view: Prof
         return row
     plain = next(candidate for candidate in result.candidates if not candidate.stages)
     spread = prompt_spread(replace(plan, stages=row.stages), view, plain.ms_per_token)
-    if (spread.low if spread is not None else row.speedup) >= SHARED_MARGIN:
+    low = spread.low if spread is not None else row.speedup
+    if low >= SHARED_MARGIN:
         return row
-    return replace(_row(row.batch, result, 0.0, plain), plan_tokens_per_s=row.plan_tokens_per_s)
+    reason = f"{row.summary}: {low:.3f}x at the low end, under the {SHARED_MARGIN:.2f}x a shared load asks"
+    return replace(_row(row.batch, result, 0.0, plain), summary=f"{plain.summary} ({reason})",
+                   plan_tokens_per_s=row.plan_tokens_per_s)
 
 
 def solve_schedule(profile: Profile, options: PlanOptions | None = None, batches: tuple[int, ...] | None = None,

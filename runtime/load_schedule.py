@@ -38,8 +38,9 @@ class LoadChoice:
 def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: Plan) -> LoadChoice:
     if row_stages == plan.stages:
         return LoadChoice(batch, not plan.stages, None, plan.summary() if plan.stages else "plain decoding")
-    if not row_stages:
-        return LoadChoice(batch, True, None, "plain decoding")
+    if not row_stages:  # with the reason the schedule gave, if any, in parentheses after the summary
+        reason = row_summary[row_summary.index(" ("):] if " (" in row_summary else ""
+        return LoadChoice(batch, True, None, "plain decoding" + reason)
     if len(row_stages) == 1 and len(plan.stages) == 1:
         row, own = row_stages[0], plan.stages[0]
         if (row.drafter, row.verifier) == (own.drafter, own.verifier) and \

@@ -156,3 +156,4 @@ def test_a_shared_load_speculates_only_where_the_low_end_of_the_spread_pays(copi
         assert first.stages and bool(second.stages) == shared
         if not shared:
             assert second.tokens_per_s == pytest.approx(second.plain_tokens_per_s) and second.speedup == 1.0
+            assert f"at the low end, under the {SHARED_MARGIN:.2f}x a shared load asks" in second.summary
