@@ -21,6 +21,10 @@ Plans now end with the copy of their profile that runs them without the profile 
 The torch plans were rewritten a fourth time when `plan` began costing chains over the calibration's
 answer length by default (``solver.horizon``, planner/horizon.py ``calibration_horizon``): every chosen
 shape stayed as it was; the sequence alternatives' costs moved by under 0.3%.
+The ``h100`` plans were rewritten a fifth time when a schedule row above batch 1 began asking speculation
+for a margin over plain decoding (docs/planner-math.md section 11.5, "Sharing a forward"): rows predicted
+1.003-1.029x became plain decoding (with the reason in their summary) and the crossover batches fell; every
+line of the batch-1 plan stayed as it was.
 """
 
 from __future__ import annotations
