@@ -32,6 +32,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from specplan.core.errors import SpecplanError
+from specplan.runtime.session import keeps_last_logits
 from specplan.runtime.tree import DraftTree
 
 COMPACT_HOLES = 0.25  # pack the cache when more than this share of its slots are holes
@@ -122,7 +123,7 @@ class BatchedKV:
         return self.mask.sum(dim=1).tolist()
 
     def forward(self, rows: Sequence[Sequence[int]], trees: Sequence[DraftTree] | None = None,
-                sequences: Sequence[int] | None = None) -> torch.Tensor:
+                sequences: Sequence[int] | None = None, logits_to_keep: int = 0) -> torch.Tensor:
         """Run ``model`` over one row of new tokens per sequence (each row non-empty; the first call
         sets the batch). Returns logits ``[b, width, vocab]``; row ``i``'s position ``k`` follows its
         token ``k`` (positions past ``len(rows[i])`` are padding: ignore them). Every new slot is
@@ -134,12 +135,14 @@ class BatchedKV:
 
         ``sequences``: the forward covers only these sequences (ascending), ``rows[i]`` being sequence
         ``sequences[i]``'s (:meth:`_forward_some`); the logits are ``[len(sequences), width, vocab]``.
+        ``logits_to_keep`` (not 0, and the model takes it): the LM head runs for the last that many padded
+        positions only (nobody reads the rows: a prefill), the logits ``[b, logits_to_keep, vocab]``.
         """
         if self.slots == 0 and self.batch == 0:
             self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=self.device)
         self._slot_layers()
         if sequences is not None and len(sequences) < self.batch:
-            return self._forward_some(rows, trees, list(sequences))
+            return self._forward_some(rows, trees, list(sequences), logits_to_keep)
         if len(rows) != self.batch or min(len(row) for row in rows) < 1:
             raise ValueError(f"a batched forward needs one non-empty row per sequence ({self.batch}); got "
                              f"{[len(row) for row in rows]}")
@@ -161,9 +164,10 @@ class BatchedKV:
         if attention is None:
             attention = self.mask
         self.last_width = width
+        pruned = {"logits_to_keep": logits_to_keep} if logits_to_keep and keeps_last_logits(self.model) else {}
         with torch.no_grad():
             output = self.model(input_ids=ids.to(self.device), attention_mask=attention, position_ids=positions,
-                                cache_position=slots, past_key_values=self.cache, use_cache=True)
+                                cache_position=slots, past_key_values=self.cache, use_cache=True, **pruned)
         return output.logits
 
     def _slot_layers(self) -> None:
@@ -177,7 +181,7 @@ class BatchedKV:
                                 "run one sequence at a time")
         self.cache.layers = [SlotLayer(self.batch) for _ in layers]
 
-    def _forward_some(self, rows, trees, sequences: list[int]) -> torch.Tensor:
+    def _forward_some(self, rows, trees, sequences: list[int], logits_to_keep: int = 0) -> torch.Tensor:
         """:meth:`forward` over some sequences only: the forward runs over their rows of the mask and of every
         layer's buffers (:class:`SlotLayer`), so a sequence with nothing to decode costs no work; the others'
         new slots are holes."""
@@ -189,7 +193,7 @@ class BatchedKV:
         for layer in self.cache.layers:
             layer.sequences = selected
         try:
-            logits = self.forward(rows, trees)
+            logits = self.forward(rows, trees, logits_to_keep=logits_to_keep)
         except BaseException:
             self.mask = full_mask
             raise

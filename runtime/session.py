@@ -22,6 +22,7 @@ compiled verifier).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -32,6 +33,11 @@ from specplan.runtime.compile.model_steps import model_step
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.runtime.compile.static_cache import DEFAULT_CAPACITY, new_static_cache
 from specplan.runtime.timing import now
+
+
+def keeps_last_logits(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes transformers' ``logits_to_keep`` (its LM head over the last rows only)."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def as_session(model: "torch.nn.Module | Session", device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
@@ -112,10 +118,28 @@ class ModelSession(Session):
                 self._append_features(hidden)
         else:
             logits = self._forward(tokens, tree, with_features=self.keep_features)
+        self._appended(tokens, start)
+        return logits
+
+    @torch.inference_mode()
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` as :meth:`extend` does, the LM head run for the last one only (transformers'
+        ``logits_to_keep``): a prompt's prefill nobody reads skips the head's ``n x vocab`` product (a fifth
+        of SmolLM2's work per token) and its float32 copy. The cache is the one :meth:`extend` leaves (the
+        keys and values come before the head). A compiled step, a draft head reading the hidden states or a
+        model without the argument: :meth:`extend`."""
+        if self.keep_features or self._use_compiled(len(tokens)) or not keeps_last_logits(self.model):
+            self.extend(tokens)
+            return
+        start = now(self.device)
+        tokens = [int(t) for t in tokens]
+        self._forward(tokens, logits_to_keep=1)
+        self._appended(tokens, start)
+
+    def _appended(self, tokens: list[int], start: float) -> None:
         self.cached.extend(tokens)
         self.forwards += 1
         self.forward_seconds += now(self.device) - start
-        return logits
 
     def _use_compiled(self, count: int) -> bool:
         """Compiled steps serve bucketed widths once the cache buffers exist (the first forward,
@@ -124,15 +148,16 @@ class ModelSession(Session):
 
         return self.step is not None and self.cache.layers[0].is_initialized and bucket_of(count) is not None
 
-    def _forward(self, tokens: list[int], tree=None, with_features: bool = False) -> torch.Tensor:
-        """transformers' forward over either cache; logits [n, vocab] float32.
+    def _forward(self, tokens: list[int], tree=None, with_features: bool = False, logits_to_keep: int = 0) -> torch.Tensor:
+        """transformers' forward over either cache; logits [n, vocab] float32 (the last ``logits_to_keep`` rows
+        only, when it is not 0).
 
         ``with_features``: run the decoder and the LM head apart (the same arithmetic as the
         model's own forward) and append the last hidden states [n, hidden] to ``features``.
         """
         past = len(self.cached)
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)  # [1, n]
-        kwargs = {}
+        kwargs = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
         if tree is not None:
             dtype = next(self.model.parameters()).dtype
             kwargs["attention_mask"] = tree.attention_mask(past, dtype, self.device)  # [1, 1, n, past + n]

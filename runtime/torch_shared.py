@@ -45,6 +45,7 @@ class Extend:
     tree: DraftTree | None
     rows: torch.Tensor | None = None
     error: BaseException | None = None
+    read: bool = True  # False: an advance, whose rows nobody reads
     done: bool = False
     thread: int = 0  # the sequence's thread that waits on it
 
@@ -82,8 +83,9 @@ class SharedBatch:
         else:  # a chain beside trees goes in as the tree that is a chain
             trees = [tree or DraftTree.chain(torch.tensor(row)) for row, tree in zip(rows, trees)]
         mask = self.kv.mask.clone()
+        read = any(extend.read for extend in extends)  # else the LM head runs for each row's last token only
         try:
-            logits = self.kv.forward(rows, trees, [extend.slot for extend in extends])
+            logits = self.kv.forward(rows, trees, [extend.slot for extend in extends], logits_to_keep=0 if read else 1)
         except Exception as error:  # handed to the sequences' threads, which raise it
             self.kv.restore(mask)
             for extend in extends:
@@ -92,7 +94,7 @@ class SharedBatch:
         if self.log is not None:
             self.log.append((now(self.device), self.kv.last_width, len(extends)))
         for number, extend in enumerate(extends):
-            extend.rows = logits[number, :len(extend.tokens)].float()
+            extend.rows = logits[number, :len(extend.tokens)].float() if extend.read else None
 
     def keep(self, slot: int, past: int, nodes: Sequence[int]) -> None:
         """Row ``slot`` keeps its first ``past`` tokens, then only ``nodes`` of what follows."""
@@ -123,8 +125,15 @@ class TorchSlotSession(Session):
         self.forward_seconds = 0.0
 
     def extend(self, tokens: Sequence[int], tree: DraftTree | None = None) -> torch.Tensor:
+        return self._append(Extend(self.slot, [int(token) for token in tokens], tree))
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` as :meth:`extend` does, its rows unread: a step of advances only runs the LM head
+        for each row's last token (runtime/session.py ``ModelSession.advance``)."""
+        self._append(Extend(self.slot, [int(token) for token in tokens], None, read=False))
+
+    def _append(self, extend: Extend) -> torch.Tensor | None:
         start = now(self.device)
-        extend = Extend(self.slot, [int(token) for token in tokens], tree)
         self._shared.batcher.submit(self._shared, extend)
         if extend.error is not None:
             raise extend.error

@@ -471,7 +471,7 @@ def test_torch_reset_frees_the_sequence_slots(backend):
         group.sessions[0].close()
         assert group.kv.lengths() == [0, 15] and group.kv.slots == 15
         rows = group.sessions[1].extend(second[15:18])
-        assert group.kv.lengths() == [0, 18] and group.kv.slots == 18  # the idle row's padding token dropped
+        assert group.kv.lengths() == [0, 18] and group.kv.slots == 18  # the free row took no part
     backend.alone.reset()
     backend.alone.extend(second[:15])
     backend.assert_rows(rows, backend.alone.extend(second[15:18]))
@@ -480,12 +480,11 @@ def test_torch_reset_frees_the_sequence_slots(backend):
 # ---- llama.cpp: slots that read their rows differently share one step -----------------------------
 
 
-def test_llama_cpp_advance_extend_and_best_tokens_share_a_step(backend):
+def test_advance_extend_and_best_tokens_share_a_step(backend):
     """In one batched step one slot advances (no rows), one extends (every row) and one takes best
-    tokens (each row's argmax, read in llama.cpp's buffer): each gets what its session alone gives,
-    and so does the next round, whose cache the step filled."""
-    if backend.name != "llama.cpp":
-        pytest.skip("llama.cpp row readers")
+    tokens (each row's argmax; llama.cpp reads it in its own buffer): each gets what its session alone
+    gives, and so does the next round, whose cache the step filled. Then a step of advances only (on
+    torch the LM head then runs for each row's last token alone) leaves the cache as extends do."""
     texts = prompts(backend, 3)
     with backend.together(3) as group:
         assert group.round([("advance", (texts[0][:30],)), ("extend", (texts[1][:20],)),
@@ -493,6 +492,9 @@ def test_llama_cpp_advance_extend_and_best_tokens_share_a_step(backend):
         group.round([("extend_best_tokens", (texts[0][30:33],)), ("advance", (texts[1][20:24],)),
                      ("extend", (texts[2][25:29],))])
         group.extend([text[40:43] for text in texts])
+        assert_each_as_alone(backend, group)
+        group.round([("advance", (text[43:50 + 3 * index],)) for index, text in enumerate(texts)])
+        group.extend([text[50 + 3 * index:53 + 3 * index] for index, text in enumerate(texts)])
         assert_each_as_alone(backend, group)
 
 

@@ -195,6 +195,27 @@ def test_cache_layers_other_than_full_attention_are_refused():
         kv.forward([[1, 2], [3]])
 
 
+def test_an_advance_runs_the_lm_head_for_the_last_token_only():
+    """A prefill nobody reads (``advance``) runs the LM head for one row, alone and in a step of advances
+    decoded together; a step where any sequence reads its rows runs it for every row. The cache is the one
+    ``extend`` leaves (tests/runtime/test_session_conformance*.py)."""
+    from specplan.runtime.session import ModelSession
+
+    target = tiny_llama("sdpa", seed=0)
+    rows = []
+    hook = target.get_output_embeddings().register_forward_hook(lambda module, args, output: rows.append(args[0].shape[:2]))
+    alone = ModelSession(target, CPU)
+    alone.advance(PROMPTS[0])
+    networks = SharedNetworks(2)
+    first, second = networks.session(target), networks.session(target)
+    generate_together(networks.batcher, [SpeculativeEngine(first, CPU, set()), SpeculativeEngine(second, CPU, set())],
+                      PROMPTS[:2], 2, [GREEDY] * 2)
+    hook.remove()
+    assert rows[0] == (1, 1)  # alone: the prompt's 8 tokens, one row through the head
+    assert rows[1] == (2, 1)  # together: both prompts' prefills (all but the last token), one row each
+    assert all(shape[1] >= 1 for shape in rows[2:]) and any(shape[0] == 2 for shape in rows[2:])
+
+
 def test_a_forward_that_raises_leaves_every_row_as_it_was():
     """An error in the batched forward reaches every sequence that waited on it, and the cache is as
     before: the sequences go on as alone."""
