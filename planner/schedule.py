@@ -73,9 +73,14 @@ def _plan_ms(plan: Plan | None, view: Profile, plain_ms: float) -> float:
         return 0.0
 
 
+def _plain(result: PlanResult):
+    """The solver's plain-decoding candidate (every result has one)."""
+    return next(candidate for candidate in result.candidates if not candidate.stages)
+
+
 def _row(batch: int, result: PlanResult, plan_ms: float, best=None) -> ScheduleRow:
     best = best or result.candidates[0]
-    plain = next(row.ms_per_token for row in result.candidates if not row.stages)
+    plain = _plain(result).ms_per_token
     goodput = batch * 1000.0 / best.ms_per_token
     return ScheduleRow(
         batch=batch, summary=best.summary, stages=best.stages, ms_per_token=best.ms_per_token,
@@ -101,7 +106,7 @@ def paying_together(row: ScheduleRow, result: PlanResult, plan: Plan, view: Prof
     temperature and horizon the row's stages are costed with."""
     if row.batch < 2 or not row.stages:
         return row
-    plain = next(candidate for candidate in result.candidates if not candidate.stages)
+    plain = _plain(result)
     spread = prompt_spread(replace(plan, stages=row.stages), view, plain.ms_per_token)
     low = spread.low if spread is not None else row.speedup
     if low >= SHARED_MARGIN:
@@ -141,7 +146,7 @@ def solve_schedule(profile: Profile, options: PlanOptions | None = None, batches
             warnings.simplefilter("ignore")
             result = solve_plan(view, options)
         messages.extend(f"batch {batch}: {message}" for message in result.warnings if batch > 1)
-        plain_ms = next(row.ms_per_token for row in result.candidates if not row.stages)
+        plain_ms = _plain(result).ms_per_token
         rows.append(paying_together(_row(batch, result, _plan_ms(plan, view, plain_ms)), result, result.plan, view))
         results.append((batch, result))
     rows = tuple(rows)
@@ -179,7 +184,7 @@ def playable_schedule(plan: Plan, profile: Profile, batches: tuple[int, ...],
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = solve_plan(keep_drafters(view, kept), chain_options)
-        plain_ms = next(row.ms_per_token for row in result.candidates if not row.stages)
+        plain_ms = _plain(result).ms_per_token
         own_ms = _plan_ms(plan, view, plain_ms)
         row = _row(batch, result, own_ms)
         if 0 < own_ms < row.ms_per_token:

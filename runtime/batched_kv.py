@@ -107,6 +107,7 @@ class BatchedKV:
         self.device = device
         self.pad_id = pad_id
         self.cache = DynamicCache(config=model.config)
+        self._slotted = False  # the cache's layers are SlotLayers (made before the first forward)
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)  # [b, slots]
         self.last_width = 0
 
@@ -172,14 +173,15 @@ class BatchedKV:
 
     def _slot_layers(self) -> None:
         """Make the cache's layers :class:`SlotLayer` over this batch (once, before its first forward)."""
-        layers = self.cache.layers
-        if all(isinstance(layer, SlotLayer) for layer in layers):
+        if self._slotted:
             return
+        layers = self.cache.layers
         if any(type(layer) is not DynamicLayer or layer.is_initialized for layer in layers):
             kinds = sorted({type(layer).__name__ for layer in layers})
             raise SpecplanError(f"sequences decoded together need full-attention cache layers; this model's are {kinds}: "
                                 "run one sequence at a time")
         self.cache.layers = [SlotLayer(self.batch) for _ in layers]
+        self._slotted = True
 
     def _forward_some(self, rows, trees, sequences: list[int], logits_to_keep: int = 0) -> torch.Tensor:
         """:meth:`forward` over some sequences only: the forward runs over their rows of the mask and of every

@@ -9,8 +9,8 @@ is the session contract (runtime/backend.py) over one row. A slot session never 
 itself: its extend hands its tokens (a chain, or a draft tree's nodes) to the :class:`~specplan.runtime.batcher.Batcher`
 and waits; the batcher's step runs one forward over the rows of the slots that have something to decode
 (the others are left out of it: a slot with nothing to decode costs no work), each row at its own logical
-positions and attending only to its own kept tokens (``BatchedKV``: padding and rejected tokens are holes in the mask). Keep, trim and
-reset edit the slot's row of the mask under the batcher's ``cache_lock``.
+positions and attending only to its own kept tokens (``BatchedKV``: padding and rejected tokens are holes in
+the mask). Keep, trim and reset edit the slot's row of the mask under the batcher's ``cache_lock``.
 
 Numerics: a row's logits are those of the sequence alone up to float summation order (the batched
 matrix products), so greedy output is the target's up to near-ties in float16 and bfloat16, and the same
