@@ -97,6 +97,13 @@ def _row(batch: int, result: PlanResult, plan_ms: float, best=None) -> ScheduleR
 SHARED_MARGIN = 1.05
 
 
+def low_end(plan: Plan, view: Profile, plain_ms: float, speedup: float) -> float:
+    """The low end of ``plan``'s speedup over plain decoding (``plain_ms``) on ``view`` across draws of its
+    calibration prompts (section 9.2), or ``speedup``, its point prediction, where no spread can be drawn."""
+    spread = prompt_spread(plan, view, plain_ms)
+    return spread.low if spread is not None else speedup
+
+
 def paying_together(row: ScheduleRow, result: PlanResult, plan: Plan, view: Profile) -> ScheduleRow:
     """``row``, or plain decoding where ``row`` speculates at a batch above 1 and is not predicted ``SHARED_MARGIN``
     faster than plain decoding there at the low end of its spread over the calibration prompts (section 9.2 on the
@@ -107,8 +114,7 @@ def paying_together(row: ScheduleRow, result: PlanResult, plan: Plan, view: Prof
     if row.batch < 2 or not row.stages:
         return row
     plain = _plain(result)
-    spread = prompt_spread(replace(plan, stages=row.stages), view, plain.ms_per_token)
-    low = spread.low if spread is not None else row.speedup
+    low = low_end(replace(plan, stages=row.stages), view, plain.ms_per_token, row.speedup)
     if low >= SHARED_MARGIN:
         return row
     reason = f"{row.summary}: {low:.3f}x at the low end, under the {SHARED_MARGIN:.2f}x a shared load asks"

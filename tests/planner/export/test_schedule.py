@@ -13,7 +13,7 @@ from specplan.core.plan import save_plan
 from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry, save_profile
 from specplan.planner.export.schedule import export_schedule, vllm_schedule_command
 from specplan.planner.options import PlanOptions
-from specplan.planner.schedule import with_schedule
+from specplan.planner.schedule import SHARED_MARGIN, with_schedule
 from specplan.planner.sequence import expected_accepted_length
 from specplan.planner.solve import solve_plan
 from tests.engine_records import load_record, unknown_names
@@ -37,13 +37,16 @@ def ngram_profile() -> Profile:
 OPTIONS = PlanOptions(max_budget=8, max_depth=4, gammas=(1, 2, 3, 4), shapes=("sequence",), max_stages=1)
 
 
-def _best_gamma(b: int) -> int:
-    """The brute-force chain length at batch b (0: plain decoding), lookups costing b x CALL_MS."""
-    best = (0, _target_ms(b, 1))
+def _best_gamma(b: int, margin: float = SHARED_MARGIN) -> int:
+    """The brute-force chain length at batch b (0: plain decoding), lookups costing b x CALL_MS; above batch 1
+    a chain is kept only if it is ``margin`` times faster than plain decoding (the profile keeps no per-prompt
+    counts, so its point prediction is its low end)."""
+    plain_ms = _target_ms(b, 1)
+    best = (0, plain_ms)
     for gamma in OPTIONS.gammas:
         ms = (gamma * b * CALL_MS + _target_ms(b, gamma + 1)) / expected_accepted_length(gamma, ALPHA)
         best = min(best, (gamma, ms), key=lambda pair: pair[1])
-    return best[0]
+    return best[0] if b == 1 or plain_ms / best[1] >= margin else 0
 
 
 def test_vllm_ranges_follow_the_brute_force_gamma():
@@ -51,6 +54,7 @@ def test_vllm_ranges_follow_the_brute_force_gamma():
     assert result.per_batch
     gammas = [_best_gamma(b) for b in BATCHES]
     assert gammas[0] > 0 and gammas[-1] == 0 and len(set(gammas)) > 2  # the instance moves the setting
+    assert gammas != [_best_gamma(b, margin=1.0) for b in BATCHES]  # and the margin turns a batch's chain off
     for row, gamma in zip(result.rows, gammas):
         assert (row.stage.shape.gamma if row.stage else 0) == gamma
     for start, end, tokens in result.ranges:  # inclusive ranges cover every batch, each with its gamma
