@@ -269,3 +269,28 @@ def build_prediction_engine(engine: SpeculativeEngine, prediction: list[int], pr
     return SpeculativeEngine(engine.target, engine.device, engine.eos_ids, drafter, gamma=LONGEST_LOOKUP_CHAIN,
                              names=("prediction", engine.stage.names[1]), runtime=EAGER, guard=guard,
                              fixed_chain=True)  # the prediction chooses its own lengths
+
+
+def lookup_rows(profile: Profile, plan: Plan):
+    """Which schedule rows of other stages an engine of ``plan`` builds and plays by load (runtime/load_schedule.py):
+    one stage into the plan's target, drafted by an ``ngram`` lookup without a graft. Such a drafter reads only
+    the committed text, so a stage of it over the engine's own target session can take any round."""
+    def can_play(stages) -> bool:
+        if len(stages) != 1 or stages[0].verifier != plan.target or stages[0].shape.graft:
+            return False
+        try:
+            return parse_drafter_spec(drafter_source(profile, stages[0].drafter)).kind == "ngram"
+        except (PlanError, DrafterSpecError):
+            return False
+    return can_play
+
+
+def build_rows_for(engine: SpeculativeEngine, profile: Profile, target: LoadedModel, device: torch.device,
+                   runtime: RuntimeMode = EAGER) -> None:
+    """Let ``engine`` build the stage of a schedule row :func:`lookup_rows` accepts, over its own target session."""
+    def build(stages) -> StageRunner:
+        (stage,) = stages
+        drafter = build_drafter_chain(stages, profile, target, device, engine.eos_ids, runtime)
+        return StageRunner(engine.target, drafter, names=(stage.drafter, stage.verifier), **stage_shape_arguments(stage))
+    engine.row_builder = build
+

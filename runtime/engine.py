@@ -86,22 +86,34 @@ class SpeculativeEngine:
         self.names = names
         self.plain_stage = StageRunner(self.target, None, 0, None, ("none", names[1])) if self.guard else None
         self.load: LoadSchedule | None = None  # the schedule row per requests decoding together (set by serve)
+        # a schedule row of other stages: built over this engine's target session the first time it plays
+        self.row_builder: Callable[[tuple], StageRunner] | None = None
+        self.row_stages: dict[tuple, StageRunner] = {}
         # a chain that costs no model changes length with its acceptance (ChainGrowth) unless fixed_chain
         lookup = self.guard is not None and self.tree is None and not drafter.sessions() and not fixed_chain
         self.growth = ChainGrowth(self.gamma, verify_ms=verify_ms) if lookup else None  # verify_ms: the target's T(n)
         if lookup and verify_ms is not None and isinstance(drafter, NgramDrafter):  # runtime/match_gate.py
             drafter.gate = MatchGate(self.gamma, verify_ms)
 
-    def _next_round(self) -> tuple[str, int | None]:
+    def _next_round(self) -> tuple[str, int | None, StageRunner | None]:
         """Who plays the next round: ``"load"`` (plain decoding, as the schedule row for the requests
         decoding together says: runtime/load_schedule.py), else the guard's ``"plan"`` or ``"plain"``
-        (runtime/fallback.py); and the chain length the row sets for the plan (None: the plan's own, or
-        chain growth's). A load's plain rounds do not count in the guard's costs."""
+        (runtime/fallback.py); the chain length the row sets for the plan (None: the plan's own, or
+        chain growth's); and the stage of a row of other stages that plays in the plan's place (None: the
+        plan's). A load's plain rounds do not count in the guard's costs; a row's rounds count as the plan's."""
         choice = self.load.choice() if self.load is not None else None
         if choice is not None and choice.plain:
-            return "load", None
+            return "load", None, None
         played = self.guard.choose() if self.guard is not None else "plan"
-        return played, choice.gamma if choice is not None and played == "plan" else None
+        if choice is None or played != "plan":
+            return played, None, None
+        return played, choice.gamma, self._row(choice.stages) if choice.stages else None
+
+    def _row(self, stages: tuple) -> StageRunner | None:
+        """The stage of a schedule row of other stages, over this engine's target session (None: no builder)."""
+        if stages not in self.row_stages and self.row_builder is not None:
+            self.row_stages[stages] = self.row_builder(stages)
+        return self.row_stages.get(stages)
 
     def _plain(self) -> StageRunner:
         if self.plain_stage is None:
@@ -121,6 +133,8 @@ class SpeculativeEngine:
         generator = torch.Generator().manual_seed(sampling.seed)
         keep = keep_cache and not self.stage.rows_watched
         self.stage.reset(keep_cache=keep)
+        for row in self.row_stages.values():
+            row.reset(keep_cache=True)  # its drafter's state only: the session is the plan stage's
         stats = self.stage.new_stats()
         text = Committed(prompt_ids, max_new_tokens, self.eos_ids)
         start = now(self.device)
@@ -133,9 +147,9 @@ class SpeculativeEngine:
         if guard is not None:
             guard.start(chain=growth.base if growth is not None else None)  # a lookup chain it may shorten
         while text.remaining > 0 and not text.done:
-            played, gamma = self._next_round()
-            stage = self.stage if played == "plan" else self._plain()
-            if played == "plan":
+            played, gamma, row = self._next_round()
+            stage = row or (self.stage if played == "plan" else self._plain())
+            if played == "plan" and row is None:
                 if growth is not None and guard.cap is not None and guard.cap < growth.floor:
                     growth.shorten(guard.cap)  # the guard's shorter chain (runtime/fallback.py)
                 stage.gamma = gamma if gamma is not None else growth.gamma if growth is not None else self.gamma
@@ -144,7 +158,7 @@ class SpeculativeEngine:
             if guard is not None and played != "load":
                 guard.record(played, result.draft_seconds + result.verify_seconds, len(result.chunk),
                              result.drafted + 1, result.verify_seconds)
-            if growth is not None and played == "plan" and gamma is None:
+            if growth is not None and played == "plan" and gamma is None and row is None:
                 growth.record(result.drafted, len(result.chunk))
             chunk = text.add(result.chunk)
             if not first_tokens:

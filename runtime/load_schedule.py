@@ -5,9 +5,11 @@ Several requests' rounds go into one ``llama_decode``, so a request's draft cost
 that decode: on llama.cpp ``T(n, b) = T(b * n)``, and a chain that pays alone can cost more than it
 commits beside others. The plan's schedule (section 11.2) holds the best configuration per batch
 size; before each round a request's engine reads how many requests are decoding and plays that
-row: plain decoding, the plan's own stages, or the plan's chain at the row's length. A row of
-another shape (another drafter, a tree) cannot be played by the request's engine, which was
-built for the plan's stages; it plays the plan and :func:`load_choices` says so.
+row: plain decoding, the plan's own stages, the plan's chain at the row's length, or a row of another
+lookup drafter or shape (one stage over the target whose drafter reads only the committed text, an
+``ngram`` lookup: the engine builds that stage over its own target session the first time the row
+plays, ``can_play``). A row that needs another model's session cannot be played by the request's
+engine, which was built for the plan's stages; it plays the plan and :func:`load_choices` says so.
 
 Lossless: the choice depends only on how many requests are in flight when the round starts, never
 on the round's draft or random draws, and every round is an ordinary stage round (section 5), as
@@ -33,9 +35,11 @@ class LoadChoice:
     plain: bool
     gamma: int | None
     played: str
+    stages: tuple[Stage, ...] = ()  # a row of other stages the engine plays in place of the plan's (``can_play``)
 
 
-def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: Plan) -> LoadChoice:
+def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: Plan,
+            can_play: Callable[[tuple[Stage, ...]], bool] | None = None) -> LoadChoice:
     if row_stages == plan.stages:
         return LoadChoice(batch, not plan.stages, None, plan.summary() if plan.stages else "plain decoding")
     if not row_stages:  # with the reason the schedule gave, if any, in parentheses after the summary
@@ -46,14 +50,18 @@ def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: P
         if (row.drafter, row.verifier) == (own.drafter, own.verifier) and \
                 row.shape.kind == own.shape.kind == "sequence":
             return LoadChoice(batch, False, row.shape.gamma, row_summary)
+    if can_play is not None and can_play(row_stages):
+        return LoadChoice(batch, False, None, row_summary, row_stages)
     return LoadChoice(batch, False, None, f"the plan's {plan.summary()} (the schedule's {row_summary} needs "
                                            "another engine)")
 
 
-def load_choices(plan: Plan, schedule: Schedule) -> tuple[LoadChoice, ...]:
+def load_choices(plan: Plan, schedule: Schedule,
+                 can_play: Callable[[tuple[Stage, ...]], bool] | None = None) -> tuple[LoadChoice, ...]:
     """The schedule's rows as a request's engine plays them, by ascending batch: the plan alone, and above
     batch 1 each row's configuration, or the plan's own where the row predicts the plan faster at that
-    batch (a schedule solved with other options than the plan) or cannot cost it there.
+    batch (a schedule solved with other options than the plan) or cannot cost it there, or where the row's
+    stages are neither the plan's chain at another length nor stages ``can_play`` accepts.
 
     >>> from specplan.core.plan import Stage, StageShape
     >>> from specplan.core.schedule import ScheduleRow
@@ -65,7 +73,7 @@ def load_choices(plan: Plan, schedule: Schedule) -> tuple[LoadChoice, ...]:
     >>> [(c.batch, c.plain, c.gamma) for c in load_choices(plan, Schedule(rows, 4))]
     [(1, False, None), (2, False, 3), (4, True, None), (8, False, None)]
     """
-    return (_alone(plan),) + tuple(_row_choice(row, plan) for row in schedule.rows if row.batch > 1)
+    return (_alone(plan),) + tuple(_row_choice(row, plan, can_play) for row in schedule.rows if row.batch > 1)
 
 
 def _alone(plan: Plan) -> LoadChoice:
@@ -73,7 +81,7 @@ def _alone(plan: Plan) -> LoadChoice:
     return LoadChoice(1, not plan.stages, None, plan.summary())
 
 
-def _row_choice(row: ScheduleRow, plan: Plan) -> LoadChoice:
+def _row_choice(row: ScheduleRow, plan: Plan, can_play=None) -> LoadChoice:
     """The row's configuration, unless the row cannot cost the plan at its batch (a chain longer than the load's
     curve reaches: no evidence to leave the plan for), or speculates and predicts the plan faster there. A row
     of plain decoding that costed the plan plays plain decoding: the schedule chose it over every speculation
@@ -82,7 +90,7 @@ def _row_choice(row: ScheduleRow, plan: Plan) -> LoadChoice:
         return LoadChoice(row.batch, False, None, f"{plan.summary()} (not costed at this load)")
     if row.stages and row.plan_tokens_per_s > row.tokens_per_s:
         return _choice(row.batch, plan.stages, plan.summary(), plan)
-    return _choice(row.batch, row.stages, row.summary, plan)
+    return _choice(row.batch, row.stages, row.summary, plan, can_play)
 
 
 class LoadSchedule:
@@ -125,11 +133,13 @@ def serving_schedule(plan: Plan, profile: Profile, parallel: int) -> Schedule | 
     return playable_schedule(plan, profile, seen_batches(profile, tuple(wanted)))  # a larger load plays the last row
 
 
-def load_schedule(plan: Plan, profile: Profile, parallel: int, batcher) -> LoadSchedule:
+def load_schedule(plan: Plan, profile: Profile, parallel: int, batcher,
+                  can_play: Callable[[tuple[Stage, ...]], bool] | None = None) -> LoadSchedule:
     """What each round of ``parallel`` sequences decoded together by ``batcher`` plays at the load it starts under:
-    :func:`serving_schedule`'s rows, or the plan alone (one sequence at a time, or a profile seen at batch 1 only)."""
+    :func:`serving_schedule`'s rows, or the plan alone (one sequence at a time, or a profile seen at batch 1 only).
+    ``can_play``: which rows of other stages the engines build and play (:func:`load_choices`)."""
     schedule = serving_schedule(plan, profile, parallel)
     if schedule is None:
         return LoadSchedule((_alone(plan),), lambda: 1)
-    return LoadSchedule(load_choices(plan, schedule), lambda: batcher.active)
+    return LoadSchedule(load_choices(plan, schedule, can_play), lambda: batcher.active)
 

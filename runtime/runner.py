@@ -20,7 +20,7 @@ from specplan.runtime.adaptive_build import build_adaptive_engine
 from specplan.runtime.backend import Session
 from specplan.runtime.backends import Backend, backend_for
 from specplan.runtime.batcher import TogetherResult, generate_together
-from specplan.runtime.build import build_engine
+from specplan.runtime.build import build_engine, build_rows_for, lookup_rows
 from specplan.runtime.context import check_fits, draft_width
 from specplan.models.chat import encode_prompt
 from specplan.runtime.drafters.base import SamplingConfig
@@ -211,10 +211,19 @@ class PlanRunner:
             engines = [build_engine(plan, self.profile, target, self.device, self.runtime, fallback=self.fallback,
                                     stop_at_eos=stop_at_eos) for _ in range(size)]
         batcher = target.sessions.batcher if size > 1 else None
-        load = load_schedule(plan, self.profile, size, batcher)
+        load = self.load_schedule(engines, plan, size, batcher)
         for engine in engines:
             engine.load = load if scheduled and size > 1 else None
         return Together(plan, engines, batcher, load)
+
+    def load_schedule(self, engines, plan: Plan, size: int, batcher) -> LoadSchedule:
+        """What ``engines`` of ``plan``, ``size`` decoded together by ``batcher``, play at each load
+        (runtime/load_schedule.py); each engine can build the lookup rows the schedule holds."""
+        load = load_schedule(plan, self.profile, size, batcher, lookup_rows(self.profile, plan))
+        for engine in engines:
+            if isinstance(engine, SpeculativeEngine):
+                build_rows_for(engine, self.profile, self.target, self.device, self.runtime)
+        return load
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingConfig,
                  plain: bool = False, stream: bool = False) -> GenerationResult:

@@ -16,7 +16,7 @@ from specplan.runtime.context import draft_width
 from specplan.runtime.drafters.base import SamplingConfig
 from specplan.runtime.drafters.prediction import prediction_tokens
 from specplan.runtime.engine import SpeculativeEngine
-from specplan.runtime.load_schedule import LoadSchedule, load_schedule
+from specplan.runtime.load_schedule import LoadSchedule
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 from specplan.serve.metrics import ServeMetrics
 from specplan.serve.schema import ChatRequest, Common, CompletionRequest, ServeError
@@ -59,7 +59,7 @@ class Service:
         self.tokenizer = runner.target.tokenizer
         engines = runner.slot_engines(settings.parallel)
         batcher = runner.target.sessions.batcher if settings.parallel > 1 else None
-        self.load = self._load_schedule(batcher)
+        self.load = self._load_schedule(engines, batcher)
         for engine in engines:
             engine.load = self.load
         self.worker = Worker(runner, self.metrics, settings.queue_size, self._engine_for, engines, batcher)
@@ -70,12 +70,12 @@ class Service:
         self.guards = {id(engine): getattr(engine, "guard", None) or
                        (fallback_guard(runner.profile) if settings.fallback else None) for engine in engines}
 
-    def _load_schedule(self, batcher) -> LoadSchedule | None:
+    def _load_schedule(self, engines, batcher) -> LoadSchedule | None:
         """With several requests decoding together, what each round plays at each load: the plan alone,
         the schedule's row for the requests in flight beside it (runtime/load_schedule.py)."""
         if self.settings.parallel < 2:
             return None
-        return load_schedule(self.runner.plan, self.runner.profile, self.settings.parallel, batcher)
+        return self.runner.load_schedule(engines, self.runner.plan, self.settings.parallel, batcher)
 
     # requests -> jobs
 

@@ -15,6 +15,7 @@ from specplan.runtime.drafters.model import ModelDrafter
 from specplan.runtime.engine import SpeculativeEngine
 from specplan.runtime.fallback import FallbackGuard
 from specplan.runtime.load_schedule import LoadChoice, LoadSchedule, load_choices
+from specplan.runtime.stage import StageRunner
 from tests.runtime.test_engine import reference_greedy
 from tests.runtime.tiny_models import tiny_llama
 
@@ -85,3 +86,53 @@ def test_rows_become_choices_the_plans_engine_can_play():
                                                               (8, True, None), (16, False, None), (32, False, None),
                                                               (64, True, None)]
     assert "needs another engine" in choices[2].played and "not costed" in choices[5].played
+
+
+def test_a_row_of_other_stages_plays_on_the_engines_target_session_when_the_engine_can_build_it():
+    """The row at load 2 is another stage (here the target drafting for itself, a chain of 1: every round commits
+    2 tokens); the engine builds it once, over its own target session, and the plan comes back at load 1."""
+    loads = itertools.cycle([2, 2, 1])
+    engine, target = engine_under(lambda: next(loads))
+    row = chain("other", 1)
+    built = []
+
+    def build(stages):
+        built.append(stages)
+        return StageRunner(engine.target, ModelDrafter("other", target, CPU), gamma=1, names=("other", "target"))
+
+    engine.row_builder = build
+    engine.load = LoadSchedule((PLAN, LoadChoice(2, False, None, "other, chain of 1", row)), lambda: next(loads))
+    for _ in range(2):
+        result = engine.generate(PROMPT, 40, SamplingConfig())
+        assert list(result.token_ids) == reference_greedy(target, PROMPT, 40)
+        assert {2, 5} <= set(result.committed_per_forward[:-1]) <= {2, 5}  # the last round: what the budget leaves
+    assert built == [row]  # built once, kept across requests
+
+
+def test_lookup_rows_are_played_and_other_rows_keep_the_plan():
+    """With ``can_play`` (runtime/build.py ``lookup_rows``: one ngram stage into the target, no graft) a row of
+    another lookup drafter or shape is played as itself; a model drafter's row still plays the plan."""
+    from specplan.core.plan import Plan
+    from specplan.core.profile import DeviceInfo, ModelEntry, Profile, RetrievalEntry
+    from specplan.runtime.build import build_rows_for, lookup_rows
+    from specplan.runtime.drafters.ngram_tree import NgramTreeDrafter
+
+    target_entry = ModelEntry("target", "HuggingFaceTB/SmolLM2-135M-Instruct", "", role="target")
+    drafter_entry = ModelEntry("draft", "model:x", "", role="drafter")
+    profile = Profile(DeviceInfo("cpu", "test", None), (target_entry, drafter_entry), (),
+                      (RetrievalEntry("ngram-3", "ngram:3", 0.1), RetrievalEntry("ngram-5", "ngram:5", 0.1)))
+    tree = (Stage("ngram-3", "target", StageShape("tree", parents=(-1, 0, 0))),)
+    rows = (ScheduleRow(1, "plan", chain("ngram-5", 4), 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
+            ScheduleRow(2, "tree", tree, 1.0, 1.0, 1.0, 1.0, 1.0, 0.9),
+            ScheduleRow(4, "model", chain("draft", 2), 1.0, 1.0, 1.0, 1.0, 1.0, 0.9))
+    plan = Plan("", "", {}, "target", 0.0, chain("ngram-5", 4), None)
+    choices = load_choices(plan, Schedule(rows, None), lookup_rows(profile, plan))
+    assert choices[1].stages == tree and choices[1].played == "tree"
+    assert not choices[2].stages and "needs another engine" in choices[2].played
+    engine, target = engine_under(lambda: 2)
+    engine.load = LoadSchedule(choices, lambda: 2)
+    build_rows_for(engine, profile, None, CPU)
+    result = engine.generate(PROMPT, 24, SamplingConfig())
+    assert list(result.token_ids) == reference_greedy(target, PROMPT, 24)
+    (stage,) = engine.row_stages.values()
+    assert isinstance(stage.drafter, NgramTreeDrafter) and stage.verifier is engine.target
