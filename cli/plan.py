@@ -66,7 +66,7 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
     costed over ``horizon`` tokens per answer, by default the calibration's answer length."""
     if horizon is None:
         horizon = calibration_horizon(profile)
-    solution = solve_plan_file(profile, profile_path, plan_path, runtime_options(max_budget, max_depth, temperature, horizon),
+    solution = solve_plan_file(profile, profile_path, plan_path, runtime_options(max_budget, max_depth, temperature, horizon, lookup_at_tie=True),
                                stages=stages, batches=batches, adaptive=adaptive, batched=batched)
     plan, result, scheduled = solution.plan, solution.result, solution.schedule
     save_plan(plan, plan_path)
@@ -75,6 +75,8 @@ def solve_and_write(profile: Profile, profile_path: Path, plan_path: Path, *, ma
           f"{floor_phrase(plan)}")
     if isinstance(plan.solver, dict) and plan.solver.get("plain_reason"):
         print(f"specplan: {plan.solver['plain_reason']}")  # the one-line reason a plan is plain decoding
+    if isinstance(plan.solver, dict) and plan.solver.get("lookup_at_tie"):
+        print(f"specplan: {plan.solver['lookup_at_tie']}")  # why a lookup at a tie is kept over plain decoding
     line = prediction_line(plan, profile)
     if line is not None:  # a client's prediction: its planned lengths against the fixed rule's (section 12.6)
         print(line + "; `serve` plays the fixed rule unless given `--prediction-lengths planned`")

@@ -36,7 +36,9 @@ class PlanOptions:
     ``profiled_gammas``: also try every gamma up to the chain length a pair was profiled at (up to
     :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`; a match-only lookup is profiled with longer chains than a model);
     ``horizon``: tokens per answer the target's chain stages are costed over (None: an endless answer, the
-    steady state; planner/horizon.py, docs/planner-math.md section 1, "A finite answer").
+    steady state; planner/horizon.py, docs/planner-math.md section 1, "A finite answer"); ``lookup_at_tie``:
+    where plain decoding wins, a lookup chain predicted within ``LOOKUP_TIE`` of the floor is chosen instead
+    (specplan's runtime guards it; an export for another engine does not ask it: section 9.3).
     """
 
     max_budget: int = 64
@@ -51,6 +53,7 @@ class PlanOptions:
     tree_drafters: frozenset[str] | None = None
     profiled_gammas: bool = False
     horizon: int | None = None
+    lookup_at_tie: bool = False
 
     def __post_init__(self) -> None:
         if self.horizon is not None and not 1 <= self.horizon <= MAX_HORIZON:
@@ -81,11 +84,12 @@ DEFAULT_DEPTH = 8  # `--max-depth` when not given: trees, and chains of pairs pr
 
 
 def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperature: float = 0.0,
-                    horizon: int | None = None) -> PlanOptions:
+                    horizon: int | None = None, lookup_at_tie: bool = False) -> PlanOptions:
     """The options ``specplan plan`` solves with: the shapes and chain lengths the runtime executes,
     trees up to ``max_depth`` deep and chains of every gamma up to it. ``max_depth`` None (no
     ``--max-depth``): trees up to :data:`DEFAULT_DEPTH`, chains up to the longer of that and the
-    length each pair was profiled at (``profiled_gammas``; a match-only lookup's :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`)."""
+    length each pair was profiled at (``profiled_gammas``; a match-only lookup's :data:`~specplan.core.limits.LONGEST_LOOKUP_CHAIN`).
+    ``lookup_at_tie``: a plan specplan's runtime plays (``specplan plan``), not an export (docs/planner-math.md section 9.3)."""
     profiled = max_depth is None
     max_depth = DEFAULT_DEPTH if max_depth is None else max_depth
     check_search_limits(max_budget, max_depth)
@@ -93,4 +97,4 @@ def runtime_options(max_budget: int = 64, max_depth: int | None = None, temperat
         raise PlannerInputError(f"--temperature {temperature} must be a finite number >= 0")
     return PlanOptions(max_budget=max_budget, max_depth=max_depth, gammas=tuple(range(1, max_depth + 1)),
                        shapes=RUNTIME_SHAPES, max_stages=RUNTIME_MAX_STAGES, temperature=temperature,
-                       profiled_gammas=profiled, horizon=horizon)
+                       profiled_gammas=profiled, horizon=horizon, lookup_at_tie=lookup_at_tie)

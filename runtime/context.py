@@ -19,8 +19,10 @@ def model_context(config) -> int | None:
 
 
 def draft_width(plan: Plan) -> int:
-    """The most positions one draft of the plan adds beyond the committed text (0: plain decoding)."""
-    widths = [len(s.shape.parents) or s.shape.budget or s.shape.gamma + 1 for s in plan.stages]
+    """The most positions one draft of the plan adds beyond the committed text (0: plain decoding): of its
+    stages, and of its schedule's rows, which a round may play in their place (runtime/load_schedule.py)."""
+    stages = list(plan.stages) + ([s for row in plan.schedule.rows for s in row.stages] if plan.schedule else [])
+    widths = [len(s.shape.parents) or s.shape.budget or s.shape.gamma + 1 for s in stages]
     return max(widths, default=0)
 
 

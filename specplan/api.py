@@ -67,14 +67,15 @@ def solve_detailed(profile: Profile, options: PlanOptions | None = None, *, stag
                    profile_path: str | Path | None = None, profile_sha256: str | None = None) -> Solution:
     """Solve ``profile`` (docs/planner-math.md) for the fastest lossless plan.
 
-    ``options`` default to what ``specplan plan`` uses (:func:`specplan.planner.options.runtime_options`).
+    ``options`` default to what ``specplan plan`` uses (:func:`specplan.planner.options.runtime_options`, a lookup
+    kept at a tie with plain decoding).
     ``stages``: take the best configuration with exactly that many stages instead of the overall best.
     ``profile_path``: recorded in the plan (as given) with the file's sha256, so that ``run`` can check
     the plan's contract; leave it out for a plan kept in memory. ``profile_sha256``: the profile file's
     hash when ``profile_path`` is recorded relative to somewhere else (the CLI records it relative to
     the plan's folder).
     """
-    options = options or runtime_options()
+    options = options or runtime_options(lookup_at_tie=True)
     if stages is not None and not 0 <= stages <= RUNTIME_MAX_STAGES:
         raise PlanError(f"--stages must be between 0 (plain decoding) and {RUNTIME_MAX_STAGES}")
     sha256 = profile_sha256

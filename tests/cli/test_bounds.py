@@ -191,6 +191,12 @@ def test_context_check():
 
     plan = make_plan([Stage("ngram-3", "target", StageShape("tree", budget=16, depth=4, dynamic=True))])
     assert draft_width(plan) == 16 and draft_width(make_plan()) == 0
+    from dataclasses import replace
+
+    from specplan.core.schedule import Schedule, ScheduleRow
+    wider = (Stage("ngram-5", "target", StageShape("sequence", gamma=23)),)  # a row a round may play instead
+    rows = (ScheduleRow(1, "plan", plan.stages, 1.0, 1.0, 1.0, 1.0, 1.0), ScheduleRow(2, "row", wider, 1.0, 1.0, 1.0, 1.0, 1.0))
+    assert draft_width(replace(plan, schedule=Schedule(rows, None))) == 24
     check_fits(100, 100, 16, 216)
     with pytest.raises(PromptError, match="1 over the model's context of 215"):
         check_fits(100, 100, 16, 215)

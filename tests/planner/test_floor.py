@@ -49,3 +49,21 @@ def test_the_floor_survives_the_profile_round_trip(tmp_path):
     assert load_profile(tmp_path / "profile.yaml").target.engine_plain_ms == 7.25
     save_profile(replace(profile, models=(replace(profile.target, engine_plain_ms=0.0),)), tmp_path / "old.yaml")
     assert "engine_plain_ms" not in (tmp_path / "old.yaml").read_text()  # profiles without it read as before
+
+
+def test_a_lookup_within_the_tie_of_the_floor_is_kept_for_specplans_runtime_only():
+    """Section 9.3: where plain decoding wins by less than LOOKUP_TIE, a lookup chain is kept (with the reason in
+    one line) for specplan's guarded runtime; an export's solve (``lookup_at_tie`` off) and a floor further below
+    the lookup keep plain decoding."""
+    from specplan.planner.solve import LOOKUP_TIE
+
+    options = PlanOptions(max_budget=8, max_depth=4, shapes=("sequence",), max_stages=1)
+    lookup_ms = solve_plan(lookup_profile(engine_plain_ms=20.0), options).plan.predicted.ms_per_token
+    near = lookup_profile(engine_plain_ms=lookup_ms / (1.0 + LOOKUP_TIE / 2))
+    kept = solve_plan(near, replace(options, lookup_at_tie=True)).plan
+    assert kept.stages and kept.stages[0].drafter == "ngram-3" and kept.predicted.ms_per_token == lookup_ms
+    assert "within 2%" in kept.solver["lookup_at_tie"] and "\n" not in kept.solver["lookup_at_tie"]
+    assert "plain_reason" not in kept.solver
+    assert solve_plan(near, options).plan.stages == ()  # an export's solve
+    far = lookup_profile(engine_plain_ms=lookup_ms / (1.0 + 2 * LOOKUP_TIE))
+    assert solve_plan(far, replace(options, lookup_at_tie=True)).plan.stages == ()
