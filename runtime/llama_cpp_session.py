@@ -437,8 +437,8 @@ class LlamaCppSession(Session):
                 self._drop_committed_from(past_length + len(nodes))
         else:
             self._keep_path(past_length, nodes)
-        self.cached = self.cached[:past_length] + [new_tokens[node] for node in nodes]
-        self._held = min(self._held, len(self.cached))
+        self.cached[past_length:] = [new_tokens[node] for node in nodes]  # the tail only: a copy of the whole text
+        self._held = min(self._held, len(self.cached))                    # per round grew with the context
 
     # ---- helpers -------------------------------------------------------------------------------
 

@@ -187,7 +187,7 @@ class ModelSession(Session):
         """After an ``extend`` that started at ``past_length``, keep only ``nodes`` of it (root-to-leaf)."""
         new_tokens = self.cached[past_length:]
         kv.keep_nodes(self.cache, past_length, nodes)
-        self.cached = self.cached[:past_length] + [new_tokens[i] for i in nodes]
+        self.cached[past_length:] = [new_tokens[i] for i in nodes]  # the tail only, in place
         if self.features is not None:
             rows = torch.tensor([past_length + i for i in nodes], dtype=torch.long, device=self.features.device)
             self.features = torch.cat([self.features[:past_length], self.features.index_select(0, rows)])

@@ -145,7 +145,7 @@ class TorchSlotSession(Session):
     def keep(self, past_length: int, nodes: Sequence[int]) -> None:
         new_tokens = self.cached[past_length:]
         self._shared.keep(self.slot, past_length, nodes)
-        self.cached = self.cached[:past_length] + [new_tokens[node] for node in nodes]
+        self.cached[past_length:] = [new_tokens[node] for node in nodes]  # the tail only, in place
 
     def trim(self, length: int) -> None:
         if length < len(self.cached):
