@@ -38,14 +38,16 @@ PAD = 0  # the token a short row's padding feeds (masked: never attended)
 
 @dataclass
 class Extend:
-    """One slot's extend as the batcher decodes it; ``rows``: its logits [len(tokens), vocab] float32."""
+    """One slot's extend as the batcher decodes it; ``rows``: its logits [len(tokens), vocab] float32, or with
+    ``best`` each row's argmax (a greedy round nobody else watches: ``Session.extend_best_tokens``)."""
 
     slot: int
     tokens: list[int]
     tree: DraftTree | None
-    rows: torch.Tensor | None = None
+    rows: torch.Tensor | list[int] | None = None
     error: BaseException | None = None
     read: bool = True  # False: an advance, whose rows nobody reads
+    best: bool = False  # only each row's argmax is read: taken over the whole batch at once, no float copy
     done: bool = False
     thread: int = 0  # the sequence's thread that waits on it
 
@@ -93,8 +95,12 @@ class SharedBatch:
             return
         if self.log is not None:
             self.log.append((now(self.device), self.kv.last_width, len(extends)))
+        best = logits.argmax(dim=-1).tolist() if any(extend.best for extend in extends) else None  # [rows][width]
         for number, extend in enumerate(extends):
-            extend.rows = logits[number, :len(extend.tokens)].float() if extend.read else None
+            if extend.best:
+                extend.rows = best[number][:len(extend.tokens)]  # the argmax of bfloat16 rows: float32's, exactly
+            else:
+                extend.rows = logits[number, :len(extend.tokens)].float() if extend.read else None
 
     def keep(self, slot: int, past: int, nodes: Sequence[int]) -> None:
         """Row ``slot`` keeps its first ``past`` tokens, then only ``nodes`` of what follows."""
@@ -127,6 +133,11 @@ class TorchSlotSession(Session):
     def extend(self, tokens: Sequence[int], tree: DraftTree | None = None) -> torch.Tensor:
         return self._append(Extend(self.slot, [int(token) for token in tokens], tree))
 
+    def extend_best_tokens(self, tokens: Sequence[int], tree: DraftTree | None = None) -> list[int]:
+        """Each row's argmax (the first maximum on ties, as ``torch.argmax``), taken in the batch's forward for
+        every such extend at once instead of a float32 copy of each row."""
+        return self._append(Extend(self.slot, [int(token) for token in tokens], tree, best=True))
+
     def advance(self, tokens: Sequence[int]) -> None:
         """Append ``tokens`` as :meth:`extend` does, its rows unread: a step of advances only runs the LM head
         for each row's last token (runtime/session.py ``ModelSession.advance``)."""
@@ -144,7 +155,8 @@ class TorchSlotSession(Session):
 
     def keep(self, past_length: int, nodes: Sequence[int]) -> None:
         new_tokens = self.cached[past_length:]
-        self._shared.keep(self.slot, past_length, nodes)
+        if list(nodes) != list(range(len(new_tokens))):  # a chain kept whole (every plain round) drops nothing
+            self._shared.keep(self.slot, past_length, nodes)
         self.cached[past_length:] = [new_tokens[node] for node in nodes]  # the tail only, in place
 
     def trim(self, length: int) -> None:
