@@ -200,15 +200,19 @@ class Profile:
     def drafter_ids(self) -> list[str]:
         return [m.id for m in self.models if m.role == "drafter"] + [r.id for r in self.retrieval]
 
+    def drafter_kind(self, drafter_id: str) -> str:
+        """The kind of ``drafter_id``'s SPEC as this profile recorded it (``ngram``, ``recycle``, ``model``, ...);
+        ``model`` for a model named by path or an id the profile lacks."""
+        entry = self.model(drafter_id) or self.retrieval_entry(drafter_id)
+        try:
+            return parse_drafter_spec(entry.source).kind if entry is not None else "model"
+        except DrafterSpecError:  # a target or middle model named by path: a model
+            return "model"
+
     def grows_trees(self, drafter_id: str) -> bool:
         """Whether this profile's backend grows tree stages from ``drafter_id`` (core/backends.py,
         ``tree_kinds``), so that the planner never emits a shape the runtime refuses."""
-        entry = self.model(drafter_id) or self.retrieval_entry(drafter_id)
-        try:
-            kind = parse_drafter_spec(entry.source).kind if entry is not None else "model"
-        except DrafterSpecError:  # a target or middle model named by path: a model
-            kind = "model"
-        return self.backend_traits.grows_trees(kind)
+        return self.backend_traits.grows_trees(self.drafter_kind(drafter_id))
 
 
 LARGEST_COUNT = 10**9  # widths, contexts, layer counts, sample counts: anything above is not a measurement

@@ -97,11 +97,16 @@ def _row(batch: int, result: PlanResult, plan_ms: float, best=None) -> ScheduleR
 SHARED_MARGIN = 1.05
 
 
-def low_end(plan: Plan, view: Profile, plain_ms: float, speedup: float) -> float:
-    """The low end of ``plan``'s speedup over plain decoding (``plain_ms``) on ``view`` across draws of its
-    calibration prompts (section 9.2), or ``speedup``, its point prediction, where no spread can be drawn."""
+def clears_margin(batch: int, plan: Plan, view: Profile, plain_ms: float, speedup: float) -> tuple[bool, float]:
+    """(whether ``plan`` may speculate at ``batch``, the speedup that decided it): at batch 1 or for plain decoding
+    always (``speedup``); above, where the low end of its speedup over plain decoding (``plain_ms``) on ``view``
+    across draws of its calibration prompts (section 9.2; ``speedup``, its point prediction, where no spread can
+    be drawn) is at least ``SHARED_MARGIN`` (section 11.5, "Sharing a forward")."""
+    if batch < 2 or not plan.stages:
+        return True, speedup
     spread = prompt_spread(plan, view, plain_ms)
-    return spread.low if spread is not None else speedup
+    low = spread.low if spread is not None else speedup
+    return low >= SHARED_MARGIN, low
 
 
 def paying_together(row: ScheduleRow, result: PlanResult, plan: Plan, view: Profile) -> ScheduleRow:
@@ -111,11 +116,9 @@ def paying_together(row: ScheduleRow, result: PlanResult, plan: Plan, view: Prof
     request's fallback guard bounds what its own drafts cost it, not what they cost the requests decoded in the
     same forward, so at a shared load speculation is chosen only with a margin. ``plan``: the plan whose
     temperature and horizon the row's stages are costed with."""
-    if row.batch < 2 or not row.stages:
-        return row
     plain = _plain(result)
-    low = low_end(replace(plan, stages=row.stages), view, plain.ms_per_token, row.speedup)
-    if low >= SHARED_MARGIN:
+    clears, low = clears_margin(row.batch, replace(plan, stages=row.stages), view, plain.ms_per_token, row.speedup)
+    if clears:
         return row
     reason = f"{row.summary}: {low:.3f}x at the low end, under the {SHARED_MARGIN:.2f}x a shared load asks"
     return replace(_row(row.batch, result, 0.0, plain), summary=f"{plain.summary} ({reason})",

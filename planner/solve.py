@@ -78,16 +78,20 @@ LOOKUP_TIE = 0.02
 
 def is_lookup(profile: Profile, stages: tuple[Stage, ...]) -> bool:
     """One chain stage drafted by an ``ngram`` prompt lookup (no model, no tree)."""
-    if len(stages) != 1 or stages[0].shape.kind != "sequence":
-        return False
-    entry = profile.retrieval_entry(stages[0].drafter)
-    return entry is not None and entry.source.split(":", 1)[0] == "ngram"
+    return len(stages) == 1 and stages[0].shape.kind == "sequence" and profile.drafter_kind(stages[0].drafter) == "ngram"
 
 
 def lookup_at_tie(rows: tuple[Candidate, ...], floor: Floor, profile: Profile) -> Candidate | None:
     """The fastest lookup chain among ``rows`` (sorted) if it is predicted within ``LOOKUP_TIE`` of the floor."""
     lookup = next((row for row in rows if is_lookup(profile, row.stages)), None)
     return lookup if lookup is not None and lookup.ms_per_token <= floor.ms_per_token * (1.0 + LOOKUP_TIE) else None
+
+
+def tie_reason(lookup: Candidate, floor: Floor) -> str:
+    """One line on why a lookup at a tie is kept over plain decoding (section 9.3)."""
+    return (f"{lookup.summary} is predicted at {lookup.ms_per_token:.2f} ms/token, within {LOOKUP_TIE:.0%} of "
+            f"{floor.ms_per_token:.2f} for {floor.name}: a lookup drafts only on a match and the run-time guard bounds "
+            "what it loses, so it is kept where plain decoding would find no copy")
 
 
 def plain_reason(rows: tuple[Candidate, ...], floor: Floor) -> str:
@@ -233,14 +237,7 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
     if best.stages and best.ms_per_token >= floor.ms_per_token:  # speculation that does not beat the engine
         best = next(row for row in rows if not row.stages)
     tie = lookup_at_tie(rows, floor, profile) if not best.stages and options.lookup_at_tie else None
-    if tie is not None:
-        messages_tie = {"lookup_at_tie": f"{tie.summary} is predicted at {tie.ms_per_token:.2f} ms/token, within "
-                                         f"{LOOKUP_TIE:.0%} of {floor.ms_per_token:.2f} for {floor.name}: a lookup "
-                                         "drafts only on a match and the run-time guard bounds what it loses, so it "
-                                         "is kept where plain decoding would find no copy"}
-        best = tie
-    else:
-        messages_tie = {}
+    best = tie or best
     if best.extrapolated:
         messages.append(f"the chosen plan uses latencies extrapolated beyond the profiled widths: {best.summary}")
     _report(messages)
@@ -248,7 +245,8 @@ def solve_plan(profile: Profile, options: PlanOptions | None = None, *, profile_
                  {"method": "dp", "seconds": round(seconds, 6), "checked_by": "lp",
                   "lp_agrees": agrees, "lp_max_relative_gap": float(gap) if math.isfinite(gap) else -1.0,
                   "overshoot_rule": OVERSHOOT_RULE, "floor": floor.as_record(),
-                  **({} if best.stages else {"plain_reason": plain_reason(rows, floor)}), **messages_tie,
+                  **({} if best.stages else {"plain_reason": plain_reason(rows, floor)}),
+                  **({} if tie is None else {"lookup_at_tie": tie_reason(tie, floor)}),
                   **({} if options.horizon is None else {"horizon": options.horizon})})
     plan, simulation = _simulated(plan, profile, options)
     spread = prompt_spread(plan, profile, floor.ms_per_token)  # section 9.2

@@ -276,12 +276,8 @@ def lookup_rows(profile: Profile, plan: Plan):
     one stage into the plan's target, drafted by an ``ngram`` lookup without a graft. Such a drafter reads only
     the committed text, so a stage of it over the engine's own target session can take any round."""
     def can_play(stages) -> bool:
-        if len(stages) != 1 or stages[0].verifier != plan.target or stages[0].shape.graft:
-            return False
-        try:
-            return parse_drafter_spec(drafter_source(profile, stages[0].drafter)).kind == "ngram"
-        except (PlanError, DrafterSpecError):
-            return False
+        return len(stages) == 1 and stages[0].verifier == plan.target and not stages[0].shape.graft and \
+            profile.drafter_kind(stages[0].drafter) == "ngram"
     return can_play
 
 

@@ -37,7 +37,7 @@ from .commands import tensorrt_llm_yaml
 from .plan import _solve_quietly, export_plan, keep_drafters
 from .models import ModelNames
 from ..options import PlanOptions
-from ..schedule import SHARED_MARGIN, low_end
+from ..schedule import clears_margin
 from ..simulate import closed_form, plan_stages
 
 OPEN_END = 1 << 20  # the last range covers every larger batch
@@ -122,9 +122,7 @@ def _together_ms(plan: Plan, view: Profile, plain_ms: float, batch: int) -> floa
     predicted ``SHARED_MARGIN`` faster than plain decoding at the low end of its spread (planner-math.md section
     11.5, "Sharing a forward": the schedule's own rule, applied to what an engine switches by batch size)."""
     ms = plan.predicted.ms_per_token
-    if batch < 2 or not plan.stages or low_end(plan, view, plain_ms, plain_ms / ms) >= SHARED_MARGIN:
-        return ms
-    return plain_ms
+    return ms if clears_margin(batch, plan, view, plain_ms, plain_ms / ms)[0] else plain_ms
 
 
 def export_schedule(profile: Profile, engine_name: str, options: PlanOptions | None = None,
@@ -150,9 +148,8 @@ def export_schedule(profile: Profile, engine_name: str, options: PlanOptions | N
             stage = own.plan.stages[-1] if own.plan.stages and engine_ms < plain_ms else None
         else:
             stage, engine_ms = first.stage, _stage_ms(first.stage, view, plain_ms, options.temperature)
-        best_ms = result.restricted.plan.predicted.ms_per_token  # one setting for all loads: no margin to choose by
-        if per_batch:
-            best_ms = _together_ms(result.restricted.plan, view, plain_ms, batch)
+        best_ms = _together_ms(result.restricted.plan, view, plain_ms, batch) if per_batch \
+            else result.restricted.plan.predicted.ms_per_token  # one setting for all loads: no margin to choose by
         rows.append(BatchExportRow(batch, stage, engine_ms, best_ms,
                                    _together_ms(result.unrestricted.plan, view, plain_ms, batch)))
     rows = tuple(rows)
