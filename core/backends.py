@@ -54,8 +54,9 @@ LLAMA_CPP = BackendTraits(
     # its T(n) is steep and uneven on a CPU (a decode of n >= 2 is compute-bound): measured densely
     profile_widths=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64),
     # layer skipping needs the torch backend; ngram:12:12 drafts where the last 12 tokens recur, as
-    # llama-server's ngram-simple does
-    default_drafters=("ngram:3", "ngram:5", "ngram:8:3", "ngram:12:12", "recycle", "cache"),
+    # llama-server's ngram-simple does; ngram:12:6 where 6 recur (the copies of an edit or a completion
+    # that a 12-token match finds late: docs/results.md, "Lookups that match on 6 tokens")
+    default_drafters=("ngram:3", "ngram:5", "ngram:8:3", "ngram:12:6", "ngram:12:12", "recycle", "cache"),
     kernel_settings=True, batched_runs=False, derives_batch_curves=True,
     engine_floor="llama.cpp's own plain decoding")
 
