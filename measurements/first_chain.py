@@ -36,8 +36,7 @@ from specplan.core.drafter_spec import parse_drafter_spec  # noqa: E402
 from specplan.core.profile import load_profile  # noqa: E402
 from specplan.core.workloads import workload_split  # noqa: E402
 from specplan.models.chat import encode_prompt  # noqa: E402
-from specplan.planner.latency import interpolate, nearest_curve  # noqa: E402
-from specplan.runtime.build import build_drafter  # noqa: E402
+from specplan.runtime.build import build_drafter, target_verify_ms  # noqa: E402
 from specplan.runtime.fallback import ChainGrowth, first_chain  # noqa: E402
 from specplan.runtime.match_gate import MatchGate  # noqa: E402
 from replay_lookup import replay  # noqa: E402  (measurements/replay_lookup.py: the rounds over an answer)
@@ -66,8 +65,7 @@ def main() -> None:
     (stage,) = runner.plan.stages
     entry = runner.profile.retrieval_entry(stage.drafter)
     drafter = build_drafter(parse_drafter_spec(entry.source), runner.target, runner.device).drafter
-    curve = nearest_curve((load_profile(args.curve) if args.curve else runner.profile).target, None)
-    verify_ms = lambda n: interpolate(curve, n).ms  # noqa: E731
+    verify_ms = target_verify_ms(load_profile(args.curve) if args.curve else runner.profile)  # as the runtime reads T
     round_ms = lambda drafted: verify_ms(drafted + 1) + entry.ms_per_call  # noqa: E731
     gamma = stage.shape.gamma
     firsts = [gamma] + [int(value) for value in args.first.split(",") if int(value) < gamma]

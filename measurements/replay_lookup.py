@@ -24,12 +24,19 @@ drafts exactly the accepted tokens: the cost of the rejected ones removed).
 
 ``--answers FILE``: the calibration answers are read from FILE when it exists and written to it
 otherwise (the generation is the slow part).
+
+``--alternatives ngram:12:12,ngram:12:6 --gammas 1,3,7,11``: instead, every drafter x chain length over the
+report's evaluation answers (the plan's own drafter need not be among them; the report may be of any plan
+of this target at temperature 0, plain decoding included, whose answers are the target's greedy ones):
+replayed rate over plain decoding's (T(1) a token), fixed chains, and the bound that drafts only what each
+round accepts in brackets.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 from pathlib import Path
 
@@ -99,8 +106,16 @@ def evaluation_answers(runner, report: dict) -> tuple[list[dict], str]:
     return answers, f"{sum(tokens) / sum(seconds):.1f} (95% interval over prompts {low:.1f}-{high:.1f})"
 
 
+def read_report(path: Path) -> dict:
+    """A bench report: its folder (report.json, or report.json.gz as stored) or the file itself."""
+    if path.is_dir():
+        path = path / "report.json" if (path / "report.json").exists() else path / "report.json.gz"
+    text = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(text)
+
+
 def _workload(report: dict) -> str:
-    return report["meta"]["prompt_source"].split()[0]
+    return report["meta"]["prompt_source"].split()[0].lower()  # "Spec-Bench evaluation split": spec-bench
 
 
 def rates(answers: list[dict], play) -> dict:
@@ -119,15 +134,45 @@ def rates(answers: list[dict], play) -> dict:
     return table
 
 
+def alternatives(runner, report: dict, specs: list[str], gammas: list[int]) -> None:
+    """Each drafter spec x fixed chain length replayed over the report's evaluation answers."""
+    profile = runner.profile
+    curve = nearest_curve(profile.target, None)
+    plain_ms = interpolate(curve, 1).ms
+    evaluation, measured = evaluation_answers(runner, report)
+    max_new = int(report["meta"]["max_new_tokens"])
+    print(f"{len(evaluation)} evaluation answers of {_workload(report)}; T(1) {plain_ms:.2f} ms; the report's plan "
+          f"measured {measured} decode tok/s. Replayed rate over plain decoding's (accepted-only bound):")
+    print("| drafter | " + " | ".join(f"chain {gamma}" for gamma in gammas) + " |")
+    print("|---|" + "---:|" * len(gammas))
+    for spec in specs:
+        drafter = build_drafter(parse_drafter_spec(spec), runner.target, runner.device).drafter
+        call_ms = max((entry.ms_per_call for entry in profile.retrieval if entry.source == spec), default=0.0)
+        cells = []
+        for gamma in gammas:
+            speed = []
+            for oracle in (False, True):
+                table = rates(evaluation, lambda p, a: replay(drafter, gamma, p, a, max_new,
+                                                              lambda drafted: interpolate(curve, drafted + 1).ms + call_ms,
+                                                              oracle))
+                speed.append(table["all"]["tokens_per_s"] * plain_ms / 1000.0)
+            cells.append(f"{speed[0]:.3f} ({speed[1]:.3f})")
+        print(f"| `{spec}` | " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("plan")
     parser.add_argument("--report", required=True, help="a bench report folder (or its report.json) of this plan")
     parser.add_argument("--answers", type=Path, help="cache of the calibration answers (JSON)")
+    parser.add_argument("--alternatives", help="drafter specs to replay instead of the plan (comma-separated)")
+    parser.add_argument("--gammas", default="1,3,7,11,15", help="chain lengths for --alternatives")
     args = parser.parse_args()
-    report_path = Path(args.report)
-    report = json.loads((report_path / "report.json" if report_path.is_dir() else report_path).read_text())
+    report = read_report(Path(args.report))
     runner = Runner.open(args.plan).plan_runner
+    if args.alternatives:
+        alternatives(runner, report, args.alternatives.split(","), [int(g) for g in args.gammas.split(",")])
+        return
     plan, profile = runner.plan, runner.profile
     (stage,) = plan.stages
     spec = parse_drafter_spec(profile.retrieval_entry(stage.drafter).source)

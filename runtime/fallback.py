@@ -52,6 +52,13 @@ GROWTH_GAIN = 0.6
 # left humaneval-edit as it was (2.09x against 2.08x). With T read as steps between profiled widths
 # (planner/latency.py) it gives 15, a verify of 16 tokens: 146-156 ms there against 177 for 17.
 FIRST_CHAIN_PLAIN_TOKENS = 6
+# Of the chains within that budget, the first chain is the shortest whose verify costs a token at most this
+# much more than the cheapest one's: where T(n) / n is flat past a few tokens (SmolLM2: T(8) / 8 within 8% of
+# T(12) / 12) a copy loses little on its first round by the shorter chain, and a coincidental match costs
+# T(8) instead of T(12). Replayed over SmolLM2's greedy answers on the home EPYC (measurements/first_chain.py),
+# a first chain of 7 against 11 took Spec-Bench from 0.998x to 1.018x, humaneval-edit from 1.290x to 1.302x
+# and left HumanEval as it was; on the pair's steep curve no chain is within 10% of 15's.
+FIRST_CHAIN_KNEE = 1.1
 # No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
 # plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):
 # an aligned prediction or copy commits tens of tokens a round, and a plain round then only costs. Half,
@@ -234,17 +241,26 @@ class FallbackGuard:
 
 def first_chain(gamma: int, verify_ms: Callable[[int], float]) -> int:
     """The first chain of a fresh match (docs/planner-math.md section 12.5): of the chains up to ``gamma`` whose
-    verify costs at most ``FIRST_CHAIN_PLAIN_TOKENS`` plain tokens, T(c + 1) <= 6 T(1), the one that verifies
-    a token most cheaply, T(c + 1) / (c + 1) least (the longer on a tie). A coincidental match then costs at
-    most T(c + 1) - T(1); a real copy pays one such chain before the plan's gamma.
+    verify costs at most ``FIRST_CHAIN_PLAIN_TOKENS`` plain tokens, T(c + 1) <= 6 T(1), the shortest that
+    verifies a token at most ``FIRST_CHAIN_KNEE`` times as dearly as the cheapest, T(c + 1) / (c + 1). A chain
+    whose verify costs what the next longer one's does (T read as steps between profiled widths) is never it.
+    A coincidental match then costs at most T(c + 1) - T(1); a real copy pays one such chain before the plan's
+    gamma.
 
     >>> epyc = lambda n: {1: 26.6, 12: 150.5, 16: 147.8, 24: 210.8, 64: 333.5}.get(n, 26.6 + 12.0 * (n - 1))
-    >>> first_chain(63, epyc), first_chain(7, epyc), first_chain(63, lambda n: 10.0 * n)
-    (15, 7, 5)
+    >>> first_chain(63, epyc), first_chain(7, epyc)  # 16 tokens: none within 10% of its per-token cost; 8: 5
+    (15, 4)
+    >>> smollm2 = {1: 6.5, 2: 11.9, 4: 17.9, 6: 25.7, 8: 27.8, 10: 35.5, 12: 38.5, 16: 48.3, 64: 159.2}
+    >>> first_chain(63, lambda n: smollm2[min(w for w in smollm2 if w >= n)])  # T(8) / 8 within 8% of T(12) / 12
+    7
+    >>> first_chain(63, lambda n: 10.0 * n)  # every chain verifies a token alike: the shortest risks least
+    1
     """
     budget = FIRST_CHAIN_PLAIN_TOKENS * verify_ms(1)
-    chains = [chain for chain in range(1, gamma + 1) if verify_ms(chain + 1) <= budget] or [1]
-    return min(chains, key=lambda chain: (verify_ms(chain + 1) / (chain + 1), -chain))
+    chains = [chain for chain in range(1, gamma + 1) if verify_ms(chain + 1) <= budget
+              and (chain == gamma or verify_ms(chain + 2) > verify_ms(chain + 1))] or [1]
+    cheapest = min(verify_ms(chain + 1) / (chain + 1) for chain in chains)
+    return min(chain for chain in chains if verify_ms(chain + 1) / (chain + 1) <= FIRST_CHAIN_KNEE * cheapest)
 
 
 class ChainGrowth:
@@ -281,13 +297,13 @@ class ChainGrowth:
     lookup's copies are long where copying pays (46 tokens a match on HumanEval) and a few tokens on chat
     (3.6 on Spec-Bench, where a 63-token chain costs 12 plain tokens' verify to commit 4.6).
 
-    >>> copy = ChainGrowth(63, verify_ms=lambda n: 20.0 + 2.0 * n)  # T(c + 1) <= 6 T(1) up to c = 55
+    >>> copy = ChainGrowth(63, verify_ms=lambda n: 20.0 + 2.0 * n)  # T(34) / 34 within 10% of T(56) / 56
     >>> copy.gamma
-    55
-    >>> copy.record(drafted=55, committed=56); copy.gamma
+    33
+    >>> copy.record(drafted=33, committed=34); copy.gamma
     63
     >>> copy.record(drafted=63, committed=9); copy.gamma
-    55
+    33
     """
 
     def __init__(self, gamma: int, longest: int = LONGEST_LOOKUP_CHAIN,

@@ -127,6 +127,9 @@ def lookup_round(guard: FallbackGuard, drafted: int, accepted: int, verify_secon
 
 
 LINEAR = lambda n: float(n)  # T(n) = n ms: a verify costs its width
+# a fixed cost a verify pays whatever its width, then no width past 6 pays: the first chain is 5 (a verify of 6,
+# T(6) / 6 = 2.67 ms a token; 5 cost 3.0, 12% more)
+FIXED_THEN_STEEP = lambda n: 10.0 + n if n <= 6 else 100.0 * n
 
 
 def test_the_window_re_costed_at_a_shorter_chain_cuts_each_draft_and_splits_each_long_copy():
@@ -196,7 +199,8 @@ def test_a_fresh_match_drafts_the_first_chain_and_a_copy_goes_on_at_the_plans_ga
     again, a round without a match changes nothing, and a guard's shorter chain below 15 wins."""
     from specplan.runtime.fallback import ChainGrowth, first_chain
 
-    assert first_chain(63, EPYC_PAIR) == 15 and first_chain(7, EPYC_PAIR) == 7
+    assert first_chain(63, EPYC_PAIR) == 15
+    assert first_chain(7, EPYC_PAIR) == 4  # on its straight part 5 tokens verify within 10% of 8's cost a token
     growth = ChainGrowth(63, verify_ms=EPYC_PAIR)
     assert (growth.first, growth.gamma) == (15, 15)
     growth.record(drafted=0, committed=1)
@@ -217,13 +221,13 @@ def test_a_fresh_match_drafts_the_first_chain_and_a_copy_goes_on_at_the_plans_ga
 
 def test_an_engine_drafts_a_fresh_matchs_first_chain_then_the_copy_and_stays_the_targets():
     """A tiny random model soon repeats itself: the first round that drafts verifies the first chain
-    (LINEAR: T(c + 1) <= 6 T(1) up to c = 5), and a whole accept lets the next round draft the plan's 12."""
+    (FIXED_THEN_STEEP: 5), and a whole accept lets the next round draft the plan's 12."""
     from specplan.runtime.drafters.ngram import NgramDrafter
 
     target = tiny_llama("sdpa", seed=0)
     guard = FallbackGuard(plain_ms=1000.0, cost=lambda played, seconds, tokens: 1.0 if played == "plain" else 0.5)
     engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=NgramDrafter(3), gamma=12, guard=guard,
-                               verify_ms=LINEAR)
+                               verify_ms=FIXED_THEN_STEEP)
     result = engine.generate(PROMPT, 96, SamplingConfig())
     assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
     committed = result.committed_per_forward
@@ -253,7 +257,8 @@ def test_an_engine_whose_guard_shortens_its_lookup_chain_stays_the_targets():
     assert 3 not in reference_greedy(target, PROMPT, 96)
     guard = FallbackGuard(plain_ms=3000.0, verify_ms=LINEAR,
                           cost=lambda played, seconds, tokens: 3.0 if played == "plain" else float(engine.stage.gamma + 1))
-    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=WrongLookup(), gamma=8, guard=guard, verify_ms=LINEAR)
+    engine = SpeculativeEngine(target, CPU, eos_ids=set(), drafter=WrongLookup(), gamma=8, guard=guard,
+                               verify_ms=FIXED_THEN_STEEP)
     result = engine.generate(PROMPT, 96, SamplingConfig())
     assert list(result.token_ids) == reference_greedy(target, PROMPT, 96)
     assert guard.shortenings == 1 and engine.growth.floor == 1 and result.fallbacks == 0
