@@ -23,7 +23,6 @@ prompt's; last, the plan's gamma drafting only what each round accepts (a bound 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 from pathlib import Path
 
@@ -39,13 +38,12 @@ from specplan.models.chat import encode_prompt  # noqa: E402
 from specplan.runtime.build import build_drafter, target_verify_ms  # noqa: E402
 from specplan.runtime.fallback import ChainGrowth, first_chain  # noqa: E402
 from specplan.runtime.match_gate import MatchGate  # noqa: E402
-from replay_lookup import replay  # noqa: E402  (measurements/replay_lookup.py: the rounds over an answer)
+from replay_lookup import read_report, replay  # noqa: E402  (measurements/replay_lookup.py: the rounds over an answer)
 
 
 def greedy_answers(runner, workload: str, report_dir: Path) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, greedy answer) of a bench report's ``plain-runtime`` rows on ``workload``'s evaluation split."""
-    path = report_dir / "report.json.gz"
-    report = json.load(gzip.open(path)) if path.exists() else json.loads((report_dir / "report.json").read_text())
+    report = read_report(report_dir)
     prompts = {prompt.prompt_id: prompt for prompt in workload_split(workload, "evaluation")}
     rows = [row for row in report["rows"] if row["method"] == "plain-runtime"]
     decode = lambda ids: json.loads(ids) if isinstance(ids, str) else ids  # noqa: E731

@@ -50,7 +50,7 @@ from specplan.core.drafter_spec import parse_drafter_spec  # noqa: E402
 from specplan.core.workloads import workload_split  # noqa: E402
 from specplan.models.chat import encode_prompt  # noqa: E402
 from specplan.planner.latency import interpolate, nearest_curve  # noqa: E402
-from specplan.runtime.build import build_drafter  # noqa: E402
+from specplan.runtime.build import build_drafter, target_verify_ms  # noqa: E402
 from specplan.runtime.drafters.base import SamplingConfig  # noqa: E402
 from specplan.runtime.fallback import ChainGrowth  # noqa: E402
 
@@ -137,8 +137,8 @@ def rates(answers: list[dict], play) -> dict:
 def alternatives(runner, report: dict, specs: list[str], gammas: list[int]) -> None:
     """Each drafter spec x fixed chain length replayed over the report's evaluation answers."""
     profile = runner.profile
-    curve = nearest_curve(profile.target, None)
-    plain_ms = interpolate(curve, 1).ms
+    verify_ms = target_verify_ms(profile)  # T(n) read as the runtime reads it (steps between profiled widths)
+    plain_ms = verify_ms(1)
     evaluation, measured = evaluation_answers(runner, report)
     max_new = int(report["meta"]["max_new_tokens"])
     print(f"{len(evaluation)} evaluation answers of {_workload(report)}; T(1) {plain_ms:.2f} ms; the report's plan "
@@ -153,7 +153,7 @@ def alternatives(runner, report: dict, specs: list[str], gammas: list[int]) -> N
             speed = []
             for oracle in (False, True):
                 table = rates(evaluation, lambda p, a: replay(drafter, gamma, p, a, max_new,
-                                                              lambda drafted: interpolate(curve, drafted + 1).ms + call_ms,
+                                                              lambda drafted: verify_ms(drafted + 1) + call_ms,
                                                               oracle))
                 speed.append(table["all"]["tokens_per_s"] * plain_ms / 1000.0)
             cells.append(f"{speed[0]:.3f} ({speed[1]:.3f})")
