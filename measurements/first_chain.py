@@ -80,8 +80,8 @@ def main() -> None:
         answers = greedy_answers(runner, name, Path(folder))
         cells = []
         for first, oracle, gated in columns:
-            drafter.gate = MatchGate(gamma, verify_ms) if gated else None
             growth = ChainGrowth(gamma, verify_ms=verify_ms, first=first)
+            drafter.gate = MatchGate(gamma, verify_ms, longest=growth.reach) if gated else None  # as the engine builds it
             spent = [replay(drafter, growth, prompt, answer, len(answer), round_ms, oracle)[0]
                      for prompt, answer in answers]
             plain = [verify_ms(1) * len(answer) for _, answer in answers]

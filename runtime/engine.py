@@ -93,7 +93,7 @@ class SpeculativeEngine:
         lookup = self.guard is not None and self.tree is None and not drafter.sessions() and not fixed_chain
         self.growth = ChainGrowth(self.gamma, verify_ms=verify_ms) if lookup else None  # verify_ms: the target's T(n)
         if lookup and verify_ms is not None and isinstance(drafter, NgramDrafter):  # runtime/match_gate.py
-            drafter.gate = MatchGate(self.gamma, verify_ms)
+            drafter.gate = MatchGate(self.gamma, verify_ms, longest=self.growth.reach)  # copies priced as they grow
 
     def _next_round(self) -> tuple[str, int | None, StageRunner | None]:
         """Who plays the next round: ``"load"`` (plain decoding, as the schedule row for the requests

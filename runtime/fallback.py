@@ -329,6 +329,11 @@ class ChainGrowth:
         return all(per_token(chain) <= GROWTH_GAIN * per_token(self.base) for chain in reached[-2:])
 
     @property
+    def reach(self) -> int:
+        """The longest chain growth drafts: ``longest`` where chains grow, else the plan's gamma."""
+        return self.longest if self.grows else self.base
+
+    @property
     def can_grow(self) -> bool:
         """False where no round can draft past the plan's gamma (T(n) / n too flat, or gamma already the longest)."""
         return self.grows and self.longest > self.base

@@ -31,6 +31,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specplan.core.limits import grown_chain
+
 COPY_HISTORY = 64  # copy lengths kept per source, across requests
 LEAST_EVIDENCE = 4  # records a decision needs; with fewer the match is drafted
 SOURCES = ("prompt", "answer")
@@ -55,7 +57,8 @@ class OpenMatch:
 
 class MatchGate:
     """Whether a lookup drafts a match (module docstring). ``gamma``: the plan's chain, drafted after a
-    chain accepted whole; ``verify_ms``: the target's T(n), read as ratios to T(1).
+    chain accepted whole; ``verify_ms``: the target's T(n), read as ratios to T(1); ``longest``: the chain
+    growth reaches from ``gamma`` (runtime/fallback.py ``ChainGrowth.reach``; ``gamma``: chains do not grow).
 
     >>> gate = MatchGate(gamma=8, verify_ms=lambda n: 10.0 + 5.0 * n)  # T(n) / T(1) = (2 + n) / 3
     >>> gate.allows([1, 2, 3, 9, 1, 2, 3], origin=3, held=0, chain=4)  # no record yet: drafted
@@ -67,11 +70,20 @@ class MatchGate:
     False
     >>> round(gate.saved(remaining=4, chain=4), 2), round(gate.saved(remaining=0, chain=4), 2)
     (2.67, -1.33)
+
+    A copy is priced on the rounds the runtime plays it in: with chains that grow, a chain of 1 accepted whole
+    goes on at 3, 7, 15, 31. On SmolLM2's T(n) (T(2) costs 1.84 plain tokens) a copy of 60 tokens drafted one
+    a round saves 4 plain tokens; grown, 31.
+
+    >>> smollm2 = {1: 6.5, 2: 11.9, 4: 17.9, 8: 27.8, 16: 48.3, 32: 90.8, 64: 159.2}.get
+    >>> round(MatchGate(1, smollm2).saved(60, chain=1), 1), round(MatchGate(1, smollm2, longest=63).saved(60, chain=1), 1)
+    (4.2, 30.7)
     """
 
     def __init__(self, gamma: int, verify_ms: Callable[[int], float], history: int = COPY_HISTORY,
-                 least: int = LEAST_EVIDENCE):
+                 least: int = LEAST_EVIDENCE, longest: int | None = None):
         self.gamma = gamma
+        self.longest = gamma if longest is None else max(gamma, longest)
         self.verify_ms = verify_ms
         self.least = least
         self.lengths = {source: deque(maxlen=history) for source in SOURCES}
@@ -134,9 +146,10 @@ class MatchGate:
 
     def saved(self, remaining: int, chain: int) -> float:
         """Plain tokens' time saved by drafting a match whose copy runs ``remaining`` more tokens: a round of
-        ``chain``, then rounds of the plan's gamma while each is accepted whole (a bonus token continues the
-        copy), each costing T(drafted + 1) / T(1) plain tokens and committing its accepted tokens and one
-        more (Leviathan et al., arXiv 2211.17192: a round commits its accepted draft and the target's token)."""
+        ``chain``, then, while each is accepted whole (a bonus token continues the copy), rounds of the plan's
+        gamma after a shorter first chain, else of the chain grown from the last one (ChainGrowth.record),
+        each costing T(drafted + 1) / T(1) plain tokens and committing its accepted tokens and one more
+        (Leviathan et al., arXiv 2211.17192: a round commits its accepted draft and the target's token)."""
         plain_ms, spent, committed = self.verify_ms(1), 0.0, 0
         while True:
             accepted = min(remaining, chain)
@@ -145,4 +158,4 @@ class MatchGate:
             if accepted < chain or remaining == accepted:
                 return committed - spent
             remaining -= accepted + 1
-            chain = self.gamma
+            chain = self.gamma if chain < self.gamma else grown_chain(chain, self.longest)

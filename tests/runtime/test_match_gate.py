@@ -33,6 +33,24 @@ def test_saving_is_worked_by_hand():
     assert gate.saved(4, 4) == 5 - 3  # the copy ends with the chain: the bonus is the target's own
 
 
+def test_a_copy_is_priced_on_the_chains_growth_plays_it_in():
+    """A plan of chains of 1 whose chains grow (3, 7, 15 after whole accepts) on a curve where a round of one
+    draft saves nothing (T(2) = 2 T(1): 2 tokens for 2) and wider verifies cost little more: a copy of 20 is
+    worked by hand on those rounds, and records of copies of 20 decline a fresh match where chains stay at 1
+    and draft it where they grow."""
+    wide_is_cheap = {1: 1.0, 2: 2.0, 4: 2.5, 8: 3.0, 16: 4.0, 32: 6.0, 64: 10.0}.get
+    grows = MatchGate(gamma=1, verify_ms=wide_is_cheap, longest=63)
+    # 1 + 1 (2 for 2), 3 + 1 (4 for 2.5), 7 + 1 (8 for 3), then 6 of 15 + 1 (7 for 4)
+    assert grows.saved(20, 1) == (2 + 4 + 8 + 7) - (2 + 2.5 + 3 + 4)
+    flat = MatchGate(gamma=1, verify_ms=wide_is_cheap)
+    assert flat.saved(20, 1) == 21 - 11 * 2  # ten rounds of 2 for 2, then one of the copy's end
+    for gate in (grows, flat):
+        for length in [0] * LEAST_EVIDENCE + [20] * LEAST_EVIDENCE:
+            gate.record("prompt", length)
+    assert grows.allows(PROMPT_TEXT, origin=3, held=0, chain=1)
+    assert not flat.allows(PROMPT_TEXT, origin=3, held=0, chain=1)
+
+
 def test_matches_of_a_kind_that_were_coincidences_are_declined_and_copies_are_drafted():
     assert not gate_with([0] * LEAST_EVIDENCE).allows(PROMPT_TEXT, origin=3, held=0, chain=4)
     assert gate_with([30] * LEAST_EVIDENCE).allows(PROMPT_TEXT, origin=3, held=0, chain=4)
