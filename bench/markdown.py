@@ -141,8 +141,18 @@ def _lossless(report) -> list[str]:
             status = "reported, not required (another engine's own kernels)"
         lines.append(f"- {name}: {status}, {entry['detail']}")
         for d in entry["divergences"][:8]:
-            lines.append(f"  - prompt {d['prompt_id']}: first differs at token {d['index']}, top-2 gap {_f(d['gap'], 3)}")
+            lines.append(f"  - prompt {d['prompt_id']}: first differs at token {d['index']}, top-2 gap {_f(d['gap'], 3)}"
+                         + _flip(d.get("flip_width")))
     return lines
+
+
+def _flip(width: int | None) -> str:
+    """What the verify widths say of a divergence past a near-tie (runtime/lossless.py ``width_flip``)."""
+    if width is None:
+        return ""
+    if width == 0:
+        return "; no verify width up to 64 decodes the output's token there"
+    return f"; a verify of {width} token(s) ending there decodes the output's token (the backend's arithmetic at that width)"
 
 
 def _overhead(report) -> list[str]:

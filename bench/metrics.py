@@ -158,7 +158,8 @@ class Row:
             "identical": None if self.check is None else self.check.identical,
             "divergence_index": None if self.check is None else self.check.index,
             "divergence_gap": None if self.check is None else finite_or_none(self.check.gap),
-            "near_tie": None if self.check is None else self.check.near_tie, "token_ids": list(m.token_ids),
+            "near_tie": None if self.check is None else self.check.near_tie,
+            "flip_width": None if self.check is None else self.check.flip_width, "token_ids": list(m.token_ids),
             **({"configurations": list(m.configurations)} if m.configurations else {}),
         }
 

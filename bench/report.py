@@ -113,9 +113,11 @@ class BenchReport:
             name = method["name"]
             checks = [r.check for r in self._rows(name) if r.check is not None]
             ok, text = lossless_verdict(checks, self.meta["dtype"]) if checks else (None, "not checked")
+            parted = [r for r in self._rows(name) if r.check is not None and not r.check.identical]
+            parted.sort(key=lambda r: r.check.near_tie)  # the divergences past a near-tie first
             result[name] = {"ok": ok, "detail": text, "required": method["kind"] != "engine", "divergences": [
-                {"prompt_id": r.prompt_id, "index": r.check.index, "gap": finite_or_none(r.check.gap)}
-                for r in self._rows(name) if r.check is not None and not r.check.identical]}
+                {"prompt_id": r.prompt_id, "index": r.check.index, "gap": finite_or_none(r.check.gap),
+                 "flip_width": r.check.flip_width} for r in parted]}
         return result
 
     def grid_table(self) -> list[dict]:

@@ -32,7 +32,8 @@ from specplan.planner.horizon import plan_horizon
 from specplan.bench.grid import GRID_BUDGETS, GRID_GAMMAS, GridPoint, PlannerCosts, grid_points, plan_terms, planner_costs
 from specplan.bench.methods import EngineMethod, Method
 from specplan.bench.metrics import Measurement, Row
-from specplan.runtime.lossless import LosslessCheck, check_lossless
+from specplan.runtime.backend import Session
+from specplan.runtime.lossless import LosslessCheck, check_lossless, width_flip
 from specplan.bench.quality import measured_terms, plan_quality
 from specplan.bench.report import BenchReport
 from specplan.models.chat import encode_prompt
@@ -189,9 +190,22 @@ def interleave(methods: Sequence[Method], encoded: Sequence[tuple[Prompt, list[i
             check = None
             if sampling.greedy:
                 check = LosslessCheck(True) if method.name == reference else check_lossless(base.token_ids, result.token_ids, gap_at)
+                check = with_flip_width(check, target, prompt_ids, base.token_ids, result.token_ids)
             speedup = result.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
             rows.append(Row(prompt.prompt_id, prompt.category, method.name, result, check, speedup, predicted.get(method.name)))
     return rows
+
+
+def with_flip_width(check: LosslessCheck, target, prompt_ids: list[int], reference: Sequence[int],
+                    output: Sequence[int]) -> LosslessCheck:
+    """A divergence past a near-tie on a session backend (llama.cpp), with the narrowest verify width that
+    decodes the output's token there (runtime/lossless.py ``width_flip``): evidence the report names beside
+    the verdict, which it does not change."""
+    if check.identical or check.near_tie or check.gap is None or not isinstance(target, Session):
+        return check
+    if check.index >= min(len(reference), len(output)):
+        return check  # one output ends where the other goes on
+    return replace(check, flip_width=width_flip(target, prompt_ids, reference, check.index, output[check.index]))
 
 
 @contextlib.contextmanager

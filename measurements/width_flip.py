@@ -8,7 +8,9 @@ held. The bench names a divergence a near-tie where the target's top-2 gap there
 to that position once per width: the last ``w`` tokens in one decode after the rest, as a verify of ``w``
 tokens would (a chain of ``w - 1`` drafts ending there). It prints, per width, the reference token's logit
 less the method's token's: positive where that width decodes the reference's token, negative where it
-decodes the method's. A divergence whose token no width chooses is not explained by the widths.
+decodes the method's. A divergence whose token no width chooses is not explained by the widths. The bench
+names the narrowest such width itself (its rows' ``flip_width``: runtime/lossless.py ``width_flip``); this
+prints every width's margin.
 
     [PYTHONPATH=BUILD] .venv/bin/python measurements/width_flip.py PLAN REPORT_DIR --method plan:edit [--all]
 
@@ -28,12 +30,9 @@ quiet_libraries(verbose=False)  # before torch and transformers are imported
 from specplan.api import Runner  # noqa: E402
 from specplan.core.workloads import workload_split  # noqa: E402
 from specplan.models.chat import encode_prompt  # noqa: E402
-from specplan.runtime.lossless import NEAR_TIE  # noqa: E402
+from specplan.runtime.lossless import NEAR_TIE, VERIFY_WIDTHS as WIDTHS  # noqa: E402
 
 from replay_lookup import _workload, read_report  # noqa: E402  (measurements/replay_lookup.py)
-
-WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-
 
 def margins(session, prefix: list[int], reference: int, output: int) -> dict[int, float]:
     """Per width w: the reference token's logit less the output's, after ``prefix`` whose last w tokens are

@@ -17,6 +17,7 @@ import torch
 from specplan.runtime.backend import Session
 
 NEAR_TIE = 0.5  # logits: a bf16 forward over n tokens differs from n decode steps by up to ~0.1-0.3
+VERIFY_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the verify widths a divergence is decoded at
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class LosslessCheck:
     identical: bool
     index: int | None = None  # first differing position (the shorter length when one is a prefix)
     gap: float | None = None  # target's top-2 logit gap after the common prefix (None: not computed)
+    # past a near-tie, on a backend whose wide decodes round differently: the narrowest verify width that decodes
+    # the output's token there (0: none of VERIFY_WIDTHS does; None: not looked for)
+    flip_width: int | None = None
 
     @property
     def near_tie(self) -> bool:
@@ -77,3 +81,24 @@ def divergence_gap(model: "torch.nn.Module | Session", prompt_ids: list[int], re
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 
+
+@torch.inference_mode()
+def width_flip(session: Session, prompt_ids: list[int], reference: Sequence[int], index: int, token: int,
+               widths: Sequence[int] = VERIFY_WIDTHS) -> int:
+    """The narrowest of ``widths`` whose decode gives ``token`` the target's argmax after ``prompt_ids +
+    reference[:index]``: the text's last ``w`` tokens decoded together after the rest (prefilled in one
+    extend, as :func:`divergence_gap`'s forward is), as a verify of ``w`` tokens ending there computes them;
+    0 where none does (docs/backends.md: llama.cpp's decodes of n tokens
+    are not bit-identical to n one-token decodes, so an output that parts past a near-tie is the target's own
+    where some verify width chooses its token). The session is reset before and after."""
+    text = list(prompt_ids) + list(reference[:index])
+    try:
+        for width in (w for w in widths if w <= len(text)):
+            session.reset()
+            if len(text) > width:
+                session.extend(text[:-width])
+            if int(torch.argmax(session.extend(text[-width:])[-1])) == token:
+                return width
+        return 0
+    finally:
+        session.reset()

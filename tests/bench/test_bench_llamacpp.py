@@ -49,6 +49,47 @@ def test_engine_outputs_are_reported_not_required():
     assert any(line.startswith("- hf-lookup: **FAIL**") for line in lines)
 
 
+def test_a_divergence_past_a_near_tie_is_listed_first_with_its_verify_width():
+    """Eight near-ties, then one divergence at a gap of 0.6 that a verify of 16 tokens decodes, and one that no
+    width decodes: the verdict fails either way, and the report lists both first, each with what the widths say."""
+    def row(prompt: str, check: LosslessCheck) -> Row:
+        return Row(prompt, "edit", "plan", Measurement((1, 2), 1.0, 2, 0.5), check, 1.0)
+
+    ties = [row(str(index), LosslessCheck(False, 5, 0.1)) for index in range(8)]
+    rows = ties + [row("46", LosslessCheck(False, 72, 0.6, flip_width=16)), row("47", LosslessCheck(False, 9, 0.9, flip_width=0))]
+    plain = [Row(r.prompt_id, "edit", "plain", Measurement((1, 2), 1.0, 2, 0.5), LosslessCheck(True), 1.0) for r in rows]
+    report = BenchReport({"dtype": "gguf"}, [{"name": "plain", "kind": "plain"}, {"name": "plan", "kind": "plan"}],
+                         "plain", plain + rows)
+    assert report.lossless()["plan"]["ok"] is False
+    lines = [line for line in _lossless(report) if line.startswith("  - prompt")]
+    assert lines[0] == ("  - prompt 46: first differs at token 72, top-2 gap 0.600; a verify of 16 token(s) ending there "
+                        "decodes the output's token (the backend's arithmetic at that width)")
+    assert lines[1].startswith("  - prompt 47:") and "no verify width up to 64 decodes" in lines[1]
+    assert len(lines) == 8 and lines[2].endswith("top-2 gap 0.100")
+
+
+def test_the_bench_looks_for_a_verify_width_only_past_a_near_tie_on_a_session():
+    """bench/run.py ``with_flip_width``: a divergence past a near-tie read on a session gets the narrowest width
+    that decodes the output's token (1 for the target's own greedy token); a near-tie, an identical output, a
+    torch module's check and an output that ends where the reference goes on are left as they were."""
+    from specplan.bench.run import with_flip_width
+    from specplan.runtime.session import ModelSession
+    from tests.runtime.tiny_models import tiny_llama
+
+    model = tiny_llama()
+    session = ModelSession(model, torch.device("cpu"))
+    prompt, reference = list(range(3, 23)), list(range(40, 50))
+    greedy = int(session.extend(prompt + reference[:4])[-1].argmax())
+    session.reset()
+    output = reference[:4] + [greedy]
+    past = LosslessCheck(False, 4, 0.6)
+    assert with_flip_width(past, session, prompt, reference, output).flip_width == 1
+    for check in (LosslessCheck(False, 4, 0.2), LosslessCheck(True)):
+        assert with_flip_width(check, session, prompt, reference, output) == check
+    assert with_flip_width(past, model, prompt, reference, output).flip_width is None
+    assert with_flip_width(past, session, prompt, reference, output[:4]).flip_width is None
+
+
 def test_a_target_that_is_not_a_gguf_leaves_the_peers_out():
     pytest.importorskip("llama_cpp")
     runner = SimpleNamespace(profile=SimpleNamespace(target=SimpleNamespace(source="some/model-directory")))

@@ -143,6 +143,23 @@ def test_chain_extend_equals_one_token_decodes(backend, prefix):
         backend.assert_rows(rows, expected)
 
 
+def test_width_flip_finds_the_greedy_token_at_one_and_the_least_likely_at_none(backend):
+    """runtime/lossless.py ``width_flip``: the narrowest verify width whose decode makes a token the argmax at
+    a position. The greedy token is decoded at width 1 (and, rows agreeing at every width here, the least
+    likely token at none: 0); the session is left reset."""
+    from specplan.runtime.lossless import width_flip
+
+    session = backend.session
+    session.reset()
+    prompt, answer = backend.text[:40], backend.text[40:60]
+    row = session.extend(prompt + answer)[-1]
+    greedy, least = int(row.argmax()), int(row.argmin())
+    session.reset()
+    assert width_flip(session, prompt, answer + [greedy], 20, greedy, widths=(1, 4, 16)) == 1
+    assert width_flip(session, prompt, answer + [least], 20, least, widths=(1, 4, 16)) == 0
+    assert session.cached == []
+
+
 # ---- (2) a tree's rows equal each root-to-leaf path fed as a chain -------------------------------
 
 
