@@ -8,9 +8,11 @@ over prompts (resampled), target forwards and outputs identical to plain decodin
 
 VARIANT: guard (the default guard), backoff-only (no shorter chains), empty-not-counted (rounds
 without a draft do not count towards the first judgement), full-first-chain (the default guard, a fresh
-match drafting the plan's gamma instead of ChainGrowth's first chain), no-match-gate (the default guard, a
-lookup drafting every match: runtime/match_gate.py off), unguarded; default
-guard,backoff-only,unguarded.
+match drafting the plan's gamma instead of ChainGrowth's first chain), cheapest-first-chain (the default
+guard, a fresh match drafting the chain that verifies a token most cheaply, the first chain before it was
+taken at the knee), no-match-gate (the default guard, a lookup drafting every match: runtime/match_gate.py
+off), flat-gate (the default guard, its match gate pricing a copy on the plan's chain, not the grown ones),
+unguarded; default guard,backoff-only,unguarded.
 
 Per prompt and method OUT.json holds (tokens, seconds, forwards, plain rounds, shortenings).
 Run it on a quiet machine (nothing else timed or tested beside it)."""
@@ -32,6 +34,13 @@ def interpolated(profile):
     return latency_table(linear_widths(profile.target), None, LONGEST_LOOKUP_CHAIN + 1)
 
 
+def cheapest_first_chain(gamma, verify_ms):
+    """Of the chains up to ``gamma`` whose verify costs at most 6 plain tokens, the one that verifies a token
+    most cheaply, the longer on a tie (the variant cheapest-first-chain)."""
+    chains = [c for c in range(1, gamma + 1) if verify_ms(c + 1) <= 6 * verify_ms(1)] or [1]
+    return min(chains, key=lambda c: (verify_ms(c + 1) / (c + 1), -c))
+
+
 plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 threads = int(os.environ.get("THREADS", "2"))  # llama.cpp's CPU threads
 runner = Runner.open(plan_path, threads=threads).plan_runner
@@ -41,7 +50,7 @@ engines = {"plain": runner.plain}
 VARIANTS = {"guard": GuardSettings(), "backoff-only": GuardSettings(shorter_chains=False),
             "empty-not-counted": GuardSettings(count_empty_rounds=False), "unguarded": GuardSettings(enabled=False),
             "full-first-chain": GuardSettings(), "no-match-gate": GuardSettings(),
-            "interpolated-widths": GuardSettings()}
+            "interpolated-widths": GuardSettings(), "cheapest-first-chain": GuardSettings(), "flat-gate": GuardSettings()}
 chosen = sys.argv[5].split(",") if len(sys.argv) > 5 else ["guard", "backoff-only", "unguarded"]
 for name in chosen:
     settings = VARIANTS[name]
@@ -57,6 +66,12 @@ for name in chosen:
         engine.guard = FallbackGuard(settings, verify_ms=table)
         engine.growth = ChainGrowth(engine.growth.base, verify_ms=table)
         engine.stage.drafter.gate = MatchGate(engine.growth.base, table)
+    if name == "cheapest-first-chain" and engine.growth is not None:
+        verify_ms = engine.guard.verify_ms
+        engine.growth = ChainGrowth(engine.growth.base, verify_ms=verify_ms,
+                                    first=cheapest_first_chain(engine.growth.base, verify_ms))
+    if name == "flat-gate":
+        engine.stage.drafter.gate = MatchGate(engine.growth.base, engine.guard.verify_ms)
     if name == "no-match-gate":
         engine.stage.drafter.gate = None
     engines[name] = engine
