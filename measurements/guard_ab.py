@@ -23,7 +23,7 @@ from specplan.core.workloads import workload_split
 from specplan.models.chat import encode_messages
 from specplan.runtime import build
 from specplan.runtime.drafters.base import SamplingConfig
-from specplan.runtime.fallback import ChainGrowth, FallbackGuard, GuardSettings
+from specplan.runtime.fallback import ChainGrowth, FallbackGuard, GuardSettings, first_chain
 from specplan.runtime.match_gate import MatchGate
 from specplan.planner.latency import latency_table, linear_widths
 from specplan.core.limits import LONGEST_LOOKUP_CHAIN
@@ -32,13 +32,6 @@ from specplan.core.limits import LONGEST_LOOKUP_CHAIN
 def interpolated(profile):
     """The target's T(1..64) read linearly between profiled widths (the variant interpolated-widths)."""
     return latency_table(linear_widths(profile.target), None, LONGEST_LOOKUP_CHAIN + 1)
-
-
-def cheapest_first_chain(gamma, verify_ms):
-    """Of the chains up to ``gamma`` whose verify costs at most 6 plain tokens, the one that verifies a token
-    most cheaply, the longer on a tie (the variant cheapest-first-chain)."""
-    chains = [c for c in range(1, gamma + 1) if verify_ms(c + 1) <= 6 * verify_ms(1)] or [1]
-    return min(chains, key=lambda c: (verify_ms(c + 1) / (c + 1), -c))
 
 
 plan_path, workload, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -69,7 +62,7 @@ for name in chosen:
     if name == "cheapest-first-chain" and engine.growth is not None:
         verify_ms = engine.guard.verify_ms
         engine.growth = ChainGrowth(engine.growth.base, verify_ms=verify_ms,
-                                    first=cheapest_first_chain(engine.growth.base, verify_ms))
+                                    first=first_chain(engine.growth.base, verify_ms, knee=1.0))  # the cheapest
     if name == "flat-gate":
         engine.stage.drafter.gate = MatchGate(engine.growth.base, engine.guard.verify_ms)
     if name == "no-match-gate":

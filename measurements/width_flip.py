@@ -30,21 +30,17 @@ quiet_libraries(verbose=False)  # before torch and transformers are imported
 from specplan.api import Runner  # noqa: E402
 from specplan.core.workloads import workload_split  # noqa: E402
 from specplan.models.chat import encode_prompt  # noqa: E402
-from specplan.runtime.lossless import NEAR_TIE, VERIFY_WIDTHS as WIDTHS  # noqa: E402
+from specplan.runtime.lossless import NEAR_TIE, VERIFY_WIDTHS as WIDTHS, row_at_width  # noqa: E402
 
 from replay_lookup import _workload, read_report  # noqa: E402  (measurements/replay_lookup.py)
+
 
 def margins(session, prefix: list[int], reference: int, output: int) -> dict[int, float]:
     """Per width w: the reference token's logit less the output's, after ``prefix`` whose last w tokens are
     decoded together (the rest first)."""
     found = {}
-    for width in WIDTHS:
-        if width > len(prefix):
-            break
-        session.reset()
-        if len(prefix) > width:
-            session.extend(prefix[:-width])
-        row = session.extend(prefix[-width:])[-1]
+    for width in (w for w in WIDTHS if w <= len(prefix)):
+        row = row_at_width(session, prefix, width)
         found[width] = round(float(row[reference] - row[output]), 3)
     session.reset()
     return found

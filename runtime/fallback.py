@@ -55,9 +55,10 @@ FIRST_CHAIN_PLAIN_TOKENS = 6
 # Of the chains within that budget, the first chain is the shortest whose verify costs a token at most this
 # much more than the cheapest one's: where T(n) / n is flat past a few tokens (SmolLM2: T(8) / 8 within 8% of
 # T(12) / 12) a copy loses little on its first round by the shorter chain, and a coincidental match costs
-# T(8) instead of T(12). Replayed over SmolLM2's greedy answers on the home EPYC (measurements/first_chain.py),
-# a first chain of 7 against 11 took Spec-Bench from 0.998x to 1.018x, humaneval-edit from 1.290x to 1.302x
-# and left HumanEval as it was; on the pair's steep curve no chain is within 10% of 15's.
+# T(8) instead of T(12). Replayed with the match gate over SmolLM2's greedy answers on the home EPYC
+# (measurements/first_chain.py --gate), a first chain of 7 against 11 took Spec-Bench from 1.006x to 1.021x,
+# humaneval-edit from 1.288x to 1.299x and HumanEval from 1.130x to 1.134x; on the pair's steep curve no
+# chain is within 10% of 15's.
 FIRST_CHAIN_KNEE = 1.1
 # No plain rounds are played to measure plain decoding while the plan's window costs at most this share of
 # plain decoding as estimated from the plan's own verifies and the profile's T(1) / T(n) (FallbackGuard):
@@ -239,10 +240,10 @@ class FallbackGuard:
         return best if best is not None and costs[best] < self.plain_ms else None
 
 
-def first_chain(gamma: int, verify_ms: Callable[[int], float]) -> int:
+def first_chain(gamma: int, verify_ms: Callable[[int], float], knee: float = FIRST_CHAIN_KNEE) -> int:
     """The first chain of a fresh match (docs/planner-math.md section 12.5): of the chains up to ``gamma`` whose
     verify costs at most ``FIRST_CHAIN_PLAIN_TOKENS`` plain tokens, T(c + 1) <= 6 T(1), the shortest that
-    verifies a token at most ``FIRST_CHAIN_KNEE`` times as dearly as the cheapest, T(c + 1) / (c + 1). A chain
+    verifies a token at most ``knee`` times as dearly as the cheapest, T(c + 1) / (c + 1) (1.0: the cheapest). A chain
     whose verify costs what the next longer one's does (T read as steps between profiled widths) is never it.
     A coincidental match then costs at most T(c + 1) - T(1); a real copy pays one such chain before the plan's
     gamma.
@@ -260,7 +261,7 @@ def first_chain(gamma: int, verify_ms: Callable[[int], float]) -> int:
     chains = [chain for chain in range(1, gamma + 1) if verify_ms(chain + 1) <= budget
               and (chain == gamma or verify_ms(chain + 2) > verify_ms(chain + 1))] or [1]
     cheapest = min(verify_ms(chain + 1) / (chain + 1) for chain in chains)
-    return min(chain for chain in chains if verify_ms(chain + 1) / (chain + 1) <= FIRST_CHAIN_KNEE * cheapest)
+    return min(chain for chain in chains if verify_ms(chain + 1) / (chain + 1) <= knee * cheapest)
 
 
 class ChainGrowth:

@@ -93,12 +93,16 @@ def width_flip(session: Session, prompt_ids: list[int], reference: Sequence[int]
     where some verify width chooses its token). The session is reset before and after."""
     text = list(prompt_ids) + list(reference[:index])
     try:
-        for width in (w for w in widths if w <= len(text)):
-            session.reset()
-            if len(text) > width:
-                session.extend(text[:-width])
-            if int(torch.argmax(session.extend(text[-width:])[-1])) == token:
-                return width
-        return 0
+        return next((w for w in widths if w <= len(text) and int(torch.argmax(row_at_width(session, text, w))) == token), 0)
     finally:
         session.reset()
+
+
+@torch.inference_mode()
+def row_at_width(session: Session, text: list[int], width: int) -> torch.Tensor:
+    """The target's logits row after ``text`` [vocab], its last ``width`` tokens decoded in one extend after the
+    rest (the session is reset first and left holding ``text``)."""
+    session.reset()
+    if len(text) > width:
+        session.extend(text[:-width])
+    return session.extend(text[-width:])[-1]
