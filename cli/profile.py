@@ -73,9 +73,9 @@ def add_parser(commands) -> None:
                              "one-token rows: docs/backends.md, \"Flash attention\"); measure: off where a plain token "
                              "is measured at least 10%% cheaper without it")
     parser.add_argument("--context", type=integer(MIN_CONTEXT, MAX_CONTEXT), default=None, metavar="TOKENS",
-                        help="cached tokens under each latency measurement (default 256): set it near your "
-                             "prompts' length plus half the output, since a batch's attention over its cache is "
-                             "a large share of a small model's forward")
+                        help="cached tokens under each latency measurement (default: the median position a "
+                             "calibration token is decoded at, the prompts' length plus up to the output's; a "
+                             "small model's forward costs more over a longer cache)")
     add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
                                    "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "
                                    "`specplan plan` then writes a schedule per batch size")

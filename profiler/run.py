@@ -51,10 +51,14 @@ from specplan.profiler.wide_verify import NEVER, WIDE_CURVE, measure_both, route
 from specplan.core.yamlio import read_document
 
 
+DEFAULT_CONTEXT = 256  # the latency context without prompts to take it from
+MIN_CONTEXT = 16
+
+
 @dataclass(frozen=True)
 class ProfileSettings:
     max_new_tokens: int = 128  # greedy tokens per calibration prompt
-    context: int = 256  # cached tokens under each latency measurement
+    context: int | None = None  # cached tokens under each latency measurement; None: the prompts' (decode_context)
     repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
     gamma: int = 8  # chain length of the accepted-length histogram
     lookup_gamma: int = LONGEST_LOOKUP_CHAIN  # the same for lookups that draft only on a match (ngram:N:K,
@@ -72,7 +76,26 @@ class ProfileSettings:
         return cls(max_new_tokens=64, repeats=9, batch_max_tokens=1024)  # fewer repeats let a slow spell of the machine skew a median
 
 
-def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> list[int]:
+def decode_context(prompt_lengths: list[int], max_new_tokens: int) -> int:
+    """The median position a token is decoded at over the calibration prompts (each decoding
+    ``max_new_tokens`` after its prompt): the cache a latency measurement sits on
+    (docs/planner-math.md section 7.1). llama.cpp attends over the used cells padded to a multiple of
+    256, and one decode of SmolLM2 at 256 cached tokens (attending over 512) cost 1.3x one at 240 on the
+    Xeon of docs/results.md: a fixed 256 priced every short prompt's tokens at the longer span.
+
+    >>> decode_context([60, 120, 900], 64), decode_context([10], 128), decode_context([], 64)
+    (152, 74, 256)
+    """
+    positions = sorted(position for length in prompt_lengths for position in range(length, length + max_new_tokens))
+    return positions[len(positions) // 2] if positions else DEFAULT_CONTEXT
+
+
+def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int | None,
+                    max_new_tokens: int = 0) -> list[int]:
+    """``length`` cached tokens of the prompts' text, repeated; ``length`` None: :func:`decode_context`."""
+    if length is None:
+        lengths = [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
+        length = max(MIN_CONTEXT, decode_context(lengths, max_new_tokens))
     ids: list[int] = []
     for prompt in prompts:
         ids.extend(encode_prompt(target.tokenizer, prompt.text))
@@ -355,7 +378,8 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         if message is not None:
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
-    context = context_ids_for(target, prompts, settings.context)
+    context = context_ids_for(target, prompts, settings.context, settings.max_new_tokens)
+    settings = replace(settings, context=len(context))  # recorded in the profile and the curves' checkpoint key
     target = _with_flash_attention_choice(target, context, settings)
     # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
     # curves time it) where its weights are repacked; elsewhere it drops wide_from

@@ -78,7 +78,7 @@ def profile_variants(source: str, quants: list[str], drafters, prompts, device: 
     profile = run_profile(target, drafters, prompts, device, settings)
     label = quant_label(target, quants[0])
     models = [replace(m, quant=label) if m.role == "target" or m.base == "target" else m for m in profile.models]
-    context = context_ids_for(target, prompts, settings.context)
+    context = context_ids_for(target, prompts, profile.calibration["context"])  # as run_profile resolved it
     del target
     for quant in quants[1:]:
         models.append(variant_entry(source, quant, dtype, device, context, settings.repeats, settings.runtime))
