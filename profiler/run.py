@@ -24,7 +24,7 @@ from specplan.core.version import __version__
 from specplan.core.backends import traits
 from specplan.core.drafter_spec import DrafterSpec
 from specplan.core.errors import DrafterSpecError
-from specplan.core.profile import AcceptanceEntry, DeviceInfo, ModelEntry, Profile, RetrievalEntry, shape_of_network
+from specplan.core.profile import AcceptanceEntry, DeviceInfo, LatencyCurve, ModelEntry, Profile, RetrievalEntry, shape_of_network
 from specplan.core.prompts import Prompt
 from specplan.runtime.backend import Session
 from specplan.runtime.backends import backend_for
@@ -76,26 +76,38 @@ class ProfileSettings:
         return cls(max_new_tokens=64, repeats=9, batch_max_tokens=1024)  # fewer repeats let a slow spell of the machine skew a median
 
 
-def decode_context(prompt_lengths: list[int], max_new_tokens: int) -> int:
-    """The median position a token is decoded at over the calibration prompts (each decoding
-    ``max_new_tokens`` after its prompt): the cache a latency measurement sits on
-    (docs/planner-math.md section 7.1). llama.cpp attends over the used cells padded to a multiple of
-    256, and one decode of SmolLM2 at 256 cached tokens (attending over 512) cost 1.3x one at 240 on the
-    Xeon of docs/results.md: a fixed 256 priced every short prompt's tokens at the longer span.
+def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int, ...]:
+    """The caches the latency curves are timed over, averaged (docs/planner-math.md section 7.1): the
+    first and third quartile of the positions calibration tokens are decoded at (each prompt decoding
+    ``max_new_tokens`` after its prompt). A decode rate pooled over prompts is one over the mean T(1)
+    over those positions, and T grows with the cache in steps: llama.cpp attends over the used cells
+    padded to a multiple of 256. On the Xeon of docs/results.md a SmolLM2 token cost 13.1 ms over 112
+    cached tokens and 18.2 over 256 (a span of 512), and plain decoding of 40 Spec-Bench prompts took
+    16.9 ms a token: neither the median position nor a fixed 256 is the mean; two quartiles straddle the step.
 
-    >>> decode_context([60, 120, 900], 64), decode_context([10], 128), decode_context([], 64)
-    (152, 74, 256)
+    >>> decode_contexts([60, 120, 900], 64), decode_contexts([10], 128), decode_contexts([], 64)
+    ((108, 916), (42, 106), (256,))
     """
     positions = sorted(position for length in prompt_lengths for position in range(length, length + max_new_tokens))
-    return positions[len(positions) // 2] if positions else DEFAULT_CONTEXT
+    if not positions:
+        return (DEFAULT_CONTEXT,)
+    return tuple(max(MIN_CONTEXT, positions[len(positions) * quarter // 4]) for quarter in (1, 3))
 
 
-def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int | None,
-                    max_new_tokens: int = 0) -> list[int]:
-    """``length`` cached tokens of the prompts' text, repeated; ``length`` None: :func:`decode_context`."""
-    if length is None:
-        lengths = [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
-        length = max(MIN_CONTEXT, decode_context(lengths, max_new_tokens))
+def averaged_curve(curves: list[LatencyCurve], context: int) -> LatencyCurve:
+    """One curve, each width's ms the mean over ``curves`` (timed over different caches) at the widths
+    they all have, recorded at ``context``.
+
+    >>> averaged_curve([LatencyCurve(100, (1, 2), (10.0, 16.0)), LatencyCurve(300, (1, 2, 4), (14.0, 20.0, 30.0))], 200)
+    LatencyCurve(context=200, n=(1, 2), ms=(12.0, 18.0), source='measured', batch=1)
+    """
+    widths = [n for n in curves[0].n if all(n in curve.n for curve in curves)]
+    ms = tuple(round(sum(curve.ms[curve.n.index(n)] for curve in curves) / len(curves), 4) for n in widths)
+    return replace(curves[0], context=context, n=tuple(widths), ms=ms)
+
+
+def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> list[int]:
+    """``length`` cached tokens of the prompts' text, repeated."""
     ids: list[int] = []
     for prompt in prompts:
         ids.extend(encode_prompt(target.tokenizer, prompt.text))
@@ -257,11 +269,24 @@ def _widths(target: LoadedModel) -> tuple[int, ...]:
     return traits(target.backend).profile_widths
 
 
-def _measure_curves(networks, target: LoadedModel, device, context: list[int], settings: ProfileSettings):
-    """T(n) of every network (batch 1) and T(n, b) at the settings' batch sizes."""
+def _measure_curves(networks, target: LoadedModel, device, contexts: list[list[int]], settings: ProfileSettings):
+    """T(n) of every network (batch 1) and T(n, b) at the settings' batch sizes, timed over each cache of
+    ``contexts`` (the settings' repeats shared among them) and averaged (:func:`decode_contexts`)."""
+    each = replace(settings, repeats=max(1, -(-settings.repeats // len(contexts))))
+    measured = [_measure_curves_over(networks, target, device, context, each) for context in contexts]
+    curves = {key: averaged_curve([found[key] for found, _ in measured], settings.context) for key in measured[0][0]}
+    batched = {key: tuple(averaged_curve([found[key][index] for _, found in measured], settings.context)
+                          for index in range(min(len(found[key]) for _, found in measured)))
+               for key in measured[0][1]}
+    return curves, batched
+
+
+def _measure_curves_over(networks, target: LoadedModel, device, context: list[int], settings: ProfileSettings):
+    """T(n) of every network (batch 1) and T(n, b) at the settings' batch sizes over one cache."""
     curves = {}
     widths = _widths(target)
-    with tqdm(total=len(networks) * len(widths), desc="latency T(n)", unit="curve point") as bar:
+    with tqdm(total=len(networks) * len(widths), desc=f"latency T(n) over {len(context)} cached tokens",
+              unit="curve point") as bar:
         for model_id, network in networks:
             if is_draft_head(network):  # timed as the drafter calls it, after a target step
                 curves[model_id] = measure_head_latency(network, device, context, WIDTHS, settings.repeats, bar.update,
@@ -275,11 +300,11 @@ def _measure_curves(networks, target: LoadedModel, device, context: list[int], s
 
 
 def _curves_once(networks, sources: dict[str, str], target: LoadedModel, device, device_info: DeviceInfo,
-                 context: list[int], settings: ProfileSettings, checkpoint: Path | None, resume: bool):
+                 contexts: list[list[int]], settings: ProfileSettings, checkpoint: Path | None, resume: bool):
     """The curves, from ``checkpoint`` when ``resume`` and its key matches, else measured (and
     written to ``checkpoint``): :mod:`specplan.profiler.curve_checkpoint`."""
     key = {"target": target.fingerprint, "models": sources, "device": device_info.name,
-           "numerics": device_info.numerics, "context": settings.context, "repeats": settings.repeats,
+           "numerics": device_info.numerics, "context": [len(context) for context in contexts], "repeats": settings.repeats,
            "runtime": settings.runtime.profile_label, "batch_sizes": list(settings.batch_sizes),
            "widths": list(_widths(target)), "specplan": str(__version__)}
     if checkpoint is not None and resume:
@@ -290,7 +315,7 @@ def _curves_once(networks, sources: dict[str, str], target: LoadedModel, device,
         print(f"specplan: --resume: {found}; measuring the curves")
     elif checkpoint is not None and checkpoint.is_file():
         print(f"specplan: {checkpoint} holds the curves of an interrupted profile; --resume reuses them")
-    curves, batched = _measure_curves(networks, target, device, context, settings)
+    curves, batched = _measure_curves(networks, target, device, contexts, settings)
     if checkpoint is not None:
         save_curves(checkpoint, key, curves, batched)
     return curves, batched
@@ -378,8 +403,11 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         if message is not None:
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
-    context = context_ids_for(target, prompts, settings.context, settings.max_new_tokens)
-    settings = replace(settings, context=len(context))  # recorded in the profile and the curves' checkpoint key
+    lengths = (settings.context,) if settings.context else decode_contexts(
+        [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts], settings.max_new_tokens)
+    settings = replace(settings, context=round(sum(lengths) / len(lengths)))  # the curves' nominal context
+    contexts = [context_ids_for(target, prompts, length) for length in lengths]
+    context = context_ids_for(target, prompts, settings.context)  # one cache where one measurement is asked
     target = _with_flash_attention_choice(target, context, settings)
     # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
     # curves time it) where its weights are repacked; elsewhere it drops wide_from
@@ -388,12 +416,12 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
     sources = {"target": target.source, **{b.spec.id: b.spec.source for b in built if b.model is not None}}
     device_info = backend.describe_device(target, device)
-    curves, batched = _curves_once(networks, sources, target, device, device_info, context, settings, checkpoint, resume)
+    curves, batched = _curves_once(networks, sources, target, device, device_info, contexts, settings, checkpoint, resume)
     overheads = _batch_overheads(target, prompts, context, batched["target"], device)
     print(calibration_estimate(curves, built, len(prompts), settings), flush=True)
     pairs = _target_outputs(target, prompts, device, settings, target_network)
     target_curve, wide_from = route(curves["target"], curves.get(WIDE_CURVE))
-    floor_ms = engine_plain_ms(target, curves["target"], context, settings.repeats)
+    floor_ms = sum(engine_plain_ms(target, curves["target"], cache, settings.repeats) for cache in contexts) / len(contexts)
     models = [ModelEntry(mode=settings.runtime.profile_label, id="target", source=target.source, fingerprint=target.fingerprint, dtype=target.dtype,
                          role="target", latency=(target_curve,) + batched["target"], shape=shape_of_network(target.model),
                          batch_overhead=overheads, wide_from=wide_from, engine_plain_ms=round(floor_ms, 4),
@@ -418,6 +446,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         software={"specplan": str(__version__), "torch": str(torch.__version__), "transformers": str(transformers.__version__)},
         calibration={"prompts": settings.prompts_label, "count": len(prompts), "temperature": 0.0,
                      "max_new_tokens": settings.max_new_tokens, "context": settings.context,
+                     **({"contexts": list(lengths)} if len(lengths) > 1 else {}),
                      **({"graft_siblings": graft_model} if graft_model else {})},
         prediction=prediction,
     )
