@@ -53,6 +53,7 @@ from specplan.core.yamlio import read_document
 
 DEFAULT_CONTEXT = 256  # the latency context without prompts to take it from
 MIN_CONTEXT = 16
+ANSWER_TOKENS = 128  # the answer a plan is run for, over which decode positions count (--quick calibrates on 64)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class ProfileSettings:
 def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int, ...]:
     """The caches the latency curves are timed over, averaged (docs/planner-math.md section 7.1): the
     first and third quartile of the positions calibration tokens are decoded at (each prompt decoding
-    ``max_new_tokens`` after its prompt). A decode rate pooled over prompts is one over the mean T(1)
+    ``max_new_tokens`` after its prompt: the profile's 128, or more where its calibration decodes more). A decode rate pooled over prompts is one over the mean T(1)
     over those positions, and T grows with the cache in steps: llama.cpp attends over the used cells
     padded to a multiple of 256. On the Xeon of docs/results.md a SmolLM2 token cost 13.1 ms over 112
     cached tokens and 18.2 over 256 (a span of 512), and plain decoding of 40 Spec-Bench prompts took
@@ -404,7 +405,8 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
     lengths = (settings.context,) if settings.context else decode_contexts(
-        [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts], settings.max_new_tokens)
+        [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts],
+        max(settings.max_new_tokens, ANSWER_TOKENS))
     settings = replace(settings, context=round(sum(lengths) / len(lengths)))  # the curves' nominal context
     contexts = [context_ids_for(target, prompts, length) for length in lengths]
     context = context_ids_for(target, prompts, settings.context)  # one cache where one measurement is asked
