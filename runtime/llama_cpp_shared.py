@@ -43,7 +43,7 @@ import numpy as np
 
 from specplan.core.errors import ModelError, SpecplanError
 from specplan.runtime.llama_cpp_session import (BATCH, LlamaCppSession, _llama_cpp, _prepare_backend, context_params,
-                                                fill_batch, load_model, logits_view)
+                                                fill_batch, load_model, logits_view, repacks_weights)
 from specplan.runtime.batcher import Batcher
 from specplan.runtime.llama_cpp_wide import WideView, copy_sequence
 
@@ -77,7 +77,7 @@ class SharedContext:
     with ``n_ctx`` cells and ``LLAMA_MAX_SEQUENCES // slots`` sequence ids (fast numerics)."""
 
     def __init__(self, model_path: str | Path, slots: int, n_ctx: int, threads: int, batcher: Batcher,
-                 verbose: bool = False, flash_off: bool = False, wide_from: int = 0, repack: bool = True):
+                 verbose: bool = False, flash_off: bool = False, wide_from: int = 0, repack: bool | None = None):
         self.llama = _llama_cpp()
         _prepare_backend(self.llama, verbose)
         self.ids_per_slot = LLAMA_MAX_SEQUENCES // slots
@@ -86,6 +86,7 @@ class SharedContext:
         self.model_path, self.n_ctx, self.threads, self.batcher = Path(model_path), n_ctx, threads, batcher
         self.flash_off = flash_off
         self.model = self.context = self.batch = None
+        repack = repacks_weights(False) if repack is None else repack  # never on AMX (docs/backends.md, "AMX")
         self.model = load_model(self.llama, self.model_path, exact=False, repack=repack)
         params = context_params(self.llama, n_ctx * slots, self.ids_per_slot * slots, threads, False, flash_off)
         self.context = self.llama.llama_init_from_model(self.model, params)
@@ -101,8 +102,8 @@ class SharedContext:
         self._free = list(range(slots))
         self._views: dict[tuple[int, int], np.ndarray] = {}
         # chain extends of wide_from tokens or more decode in a context over the unrepacked weights (module docstring)
-        self.wide_from, self.wide = wide_from, None
-        if wide_from > 0:
+        self.wide_from, self.wide = (wide_from if repack else 0), None  # unrepacked weights already verify wide
+        if self.wide_from > 0:
             try:
                 self.wide = SharedContext(model_path, slots, n_ctx, threads, batcher, verbose, flash_off, repack=False)
             except Exception:

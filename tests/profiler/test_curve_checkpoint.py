@@ -83,7 +83,7 @@ def test_a_profile_killed_after_its_curves_resumes_in_a_new_process(tmp_path, ti
     if output.exists():  # the whole profile finished before the kill landed: nothing to resume
         pytest.skip("the profile finished before SIGKILL")
     document = read_document(checkpoint_path(output), "curve checkpoint", ProfileError)  # whole: written atomically
-    assert set(document["curves"]) == {"target"} and document["key"]["context"] == 48
+    assert set(document["curves"]) == {"target"} and document["key"]["context"] == [48]
     resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "latency curves from" in resumed.stdout and not checkpoint_path(output).exists()

@@ -509,9 +509,11 @@ def test_llama_cpp_slots_decode_long_chains_on_the_shared_unrepacked_copy():
     between the two contexts when one lags; in one step a wide extend of one sequence and a short one of
     another decode each in its context. Each sequence's rows, through a prefill, plain rounds, a chain kept
     in part and a trim, are those of a session alone with its own wide copy (fast numerics)."""
-    from specplan.runtime.llama_cpp_session import LlamaCppSession
+    from specplan.runtime.llama_cpp_session import LlamaCppSession, repacks_weights
 
     path = default_gguf_or_skip()
+    if not repacks_weights(False):
+        pytest.skip("llama.cpp does not repack weights on this CPU (AMX): there is no wide copy")
     alone = LlamaCppSession(path, n_ctx=512, threads=1, max_tree_paths=8, exact=False, wide_from=WIDE_FROM)
     backend = Backend("llama.cpp-wide", alone, lambda count, n_ctx=256: LlamaSlotsTogether(path, count, n_ctx, WIDE_FROM),
                       alone.tokenize(PROSE, True), loose=True)
@@ -529,3 +531,17 @@ def test_llama_cpp_slots_decode_long_chains_on_the_shared_unrepacked_copy():
             assert_each_as_alone(backend, group)
     finally:
         alone.close()
+
+
+def test_a_shared_context_over_weights_left_unrepacked_keeps_no_wide_copy():
+    """Where the weights are not repacked (``repack=False``; on a CPU with AMX, where llama.cpp's repacking
+    dies in llama_decode, by default) the shared context already verifies on the file's own layout: no second
+    copy, whatever ``wide_from`` the plan asks."""
+    from specplan.runtime.batcher import Batcher
+    from specplan.runtime.llama_cpp_shared import SharedContext
+
+    shared = SharedContext(default_gguf_or_skip(), 1, 64, 1, Batcher(), wide_from=WIDE_FROM, repack=False)
+    try:
+        assert shared.wide is None and shared.wide_from == 0
+    finally:
+        shared.close()
