@@ -59,7 +59,7 @@ ANSWER_TOKENS = 128  # the answer a plan is run for, over which decode positions
 @dataclass(frozen=True)
 class ProfileSettings:
     max_new_tokens: int = 128  # greedy tokens per calibration prompt
-    context: int | None = None  # cached tokens under each latency measurement; None: the prompts' (decode_context)
+    context: int | None = None  # cached tokens under each latency measurement; None: the prompts' (decode_contexts)
     repeats: int = 15  # timed passes over the widths (median per width; ~7 s for a 135M target on 2 cores)
     gamma: int = 8  # chain length of the accepted-length histogram
     lookup_gamma: int = LONGEST_LOOKUP_CHAIN  # the same for lookups that draft only on a match (ngram:N:K,
@@ -80,9 +80,9 @@ class ProfileSettings:
 def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int, ...]:
     """The caches the latency curves are timed over, averaged (docs/planner-math.md section 7.1): the
     first and third quartile of the positions calibration tokens are decoded at (each prompt decoding
-    ``max_new_tokens`` after its prompt: the profile's 128, or more where its calibration decodes more). A decode rate pooled over prompts is one over the mean T(1)
-    over those positions, and T grows with the cache in steps: llama.cpp attends over the used cells
-    padded to a multiple of 256. On the Xeon of docs/results.md a SmolLM2 token cost 13.1 ms over 112
+    ``max_new_tokens`` after its prompt: the profile's 128, or more where its calibration decodes more).
+    A decode rate pooled over prompts is one over the mean T(1) over those positions, and T grows with
+    the cache in steps: llama.cpp attends over the used cells padded to a multiple of 256. On the Xeon of docs/results.md a SmolLM2 token cost 13.1 ms over 112
     cached tokens and 18.2 over 256 (a span of 512), and plain decoding of 40 Spec-Bench prompts took
     16.9 ms a token: neither the median position nor a fixed 256 is the mean; two quartiles straddle the step.
 
@@ -105,6 +105,14 @@ def averaged_curve(curves: list[LatencyCurve], context: int) -> LatencyCurve:
     widths = [n for n in curves[0].n if all(n in curve.n for curve in curves)]
     ms = tuple(round(sum(curve.ms[curve.n.index(n)] for curve in curves) / len(curves), 4) for n in widths)
     return replace(curves[0], context=context, n=tuple(widths), ms=ms)
+
+
+def latency_caches(target: LoadedModel, prompts: list[Prompt], settings: ProfileSettings) -> tuple[int, ...]:
+    """The cached tokens the curves are timed over: the settings' one context, else :func:`decode_contexts`."""
+    if settings.context:
+        return (settings.context,)
+    lengths = [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts]
+    return decode_contexts(lengths, max(settings.max_new_tokens, ANSWER_TOKENS))
 
 
 def context_ids_for(target: LoadedModel, prompts: list[Prompt], length: int) -> list[int]:
@@ -404,9 +412,7 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
         if message is not None:
             warnings.warn(message, stacklevel=2)
     built = [build_drafter(spec, target, device) for spec in drafters]  # on llama.cpp a model drafter's "model" is a session
-    lengths = (settings.context,) if settings.context else decode_contexts(
-        [len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts],
-        max(settings.max_new_tokens, ANSWER_TOKENS))
+    lengths = latency_caches(target, prompts, settings)
     settings = replace(settings, context=round(sum(lengths) / len(lengths)))  # the curves' nominal context
     contexts = [context_ids_for(target, prompts, length) for length in lengths]
     context = context_ids_for(target, prompts, settings.context)  # one cache where one measurement is asked
