@@ -130,7 +130,8 @@ def test_the_profiler_times_an_eagle3_head_as_a_head(tiny_model_dir, tmp_path, m
     monkeypatch.setattr(run, "measure_head_latency", lambda head, *a, **k: timed.append(head) or original(head, *a, **k))
     profile = run.run_profile(target, [parse_drafter_spec(f"head:{tmp_path / 'h3'}")], profile_prompts(2), CPU,
                               run.ProfileSettings.quick())
-    assert len(timed) == 1 and isinstance(timed[0], Eagle3Head)
+    caches = len(profile.calibration.get("contexts", [profile.calibration["context"]]))  # timed over each
+    assert len(timed) == caches and all(isinstance(head, Eagle3Head) for head in timed)
     assert profile.model("head-h3").latency and profile.acceptance[0].drafter == "head-h3"
 
 
