@@ -11,13 +11,13 @@ from specplan.cli.plan import solve_and_write
 from specplan.core.backends import BACKEND_NAMES, traits
 from specplan.core.drafter_spec import parse_drafter_spec
 from specplan.core.errors import SpecplanError
+from specplan.core.limits import MAX_CONTEXT, MIN_CONTEXT
 from specplan.core.outputs import check_output_file, stored_kind
 from specplan.core.plan import load_plan, plan_floor
 from specplan.core.profile import save_profile
 from specplan.core.prompts import PROFILE_PROMPTS, held_out_split, profile_prompts, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
 
-MIN_CONTEXT, MAX_CONTEXT = 16, 32768  # cached tokens a latency measurement may sit on
 
 
 def add_parser(commands) -> None:
@@ -73,8 +73,8 @@ def add_parser(commands) -> None:
                              "one-token rows: docs/backends.md, \"Flash attention\"); measure: off where a plain token "
                              "is measured at least 10%% cheaper without it")
     parser.add_argument("--context", type=integer(MIN_CONTEXT, MAX_CONTEXT), default=None, metavar="TOKENS",
-                        help="cached tokens under each latency measurement (default: the median position a "
-                             "calibration token is decoded at, the prompts' length plus up to the output's; a "
+                        help="cached tokens under each latency measurement (default: two caches, the quartiles "
+                             "of the positions the calibration prompts' answers are decoded at, averaged; a "
                              "small model's forward costs more over a longer cache)")
     add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
                                    "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "

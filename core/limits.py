@@ -16,6 +16,10 @@ MAX_DEPTH = 64
 # Longest chain a profile counts a match-only lookup's acceptance over (``ngram:N:K``, K >= 2), and so
 # the longest the planner may choose for one: the widest verify a latency curve times (64) less its root.
 LONGEST_LOOKUP_CHAIN = 63
+# Cached tokens a latency measurement may sit on (``profile --context``), and the cache it sits on where
+# no prompts say otherwise (a latency-only profile; a full one takes its caches from its prompts).
+MIN_CONTEXT, MAX_CONTEXT = 16, 32768
+LATENCY_CONTEXT = 256
 # Stages in a chain drafter -> ... -> target that a plan may list.
 MAX_STAGES = 8
 # Size of a YAML document specplan reads (profiles, plans, SKU tables, manifests): the stored

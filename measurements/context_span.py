@@ -2,7 +2,8 @@
 
 llama.cpp attends over the cache's used cells padded to a multiple of 256, so a decode over 256 cached
 tokens (257 cells: a span of 512) can cost more than one over 240 (a span of 256). The profile times
-T(n) over one cache (profiler/run.py ``decode_context``, docs/planner-math.md section 7.1); this prints
+T(n) over two caches and averages them (profiler/run.py ``decode_contexts``, docs/planner-math.md
+section 7.1); this prints
 the median ms of one chain extend of each width over caches of each length, on one session of the
 runtime (fast numerics), the lengths taken in turn within every pass (a drift of the shared machine's
 pace biases none of them). Each timed extend comes right after an untimed one of the same width, as
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from specplan.models.load import default_gguf_path, gguf_file
 from specplan.runtime.llama_cpp_session import LlamaCppSession
@@ -52,7 +54,7 @@ def main() -> None:
                         samples[(context, width)].append(elapsed)
     finally:
         session.close()
-    print(f"{path.name if hasattr(path, 'name') else path}: median ms of one extend, {args.repeats} passes, "
+    print(f"{Path(path).name}: median ms of one extend, {args.repeats} passes, "
           f"{args.threads} threads")
     print("| cached tokens | " + " | ".join(f"T({width})" for width in args.widths) + " |")
     print("|---:|" + "---:|" * len(args.widths))

@@ -19,6 +19,7 @@ import transformers
 from tqdm import tqdm
 
 from specplan.core.errors import ProfileError
+from specplan.core.limits import LATENCY_CONTEXT
 from specplan.core.profile import LatencyCurve, ModelEntry, Profile, shape_from_config
 from specplan.core.runtime_modes import EAGER, RuntimeMode
 from specplan.core.version import __version__
@@ -31,7 +32,7 @@ from specplan.runtime.device import describe_device
 @dataclass(frozen=True)
 class LatencyOnlySettings:
     dtype: str = "bfloat16"
-    context: int = 256  # cached tokens under each measurement, as in a full profile
+    context: int = LATENCY_CONTEXT  # cached tokens under each measurement (no prompts to take them from)
     repeats: int = 9
     runtime: RuntimeMode = EAGER
     batch_sizes: tuple[int, ...] = (1,)  # T(n, b) also at each b > 1 (profiler/batch_latency.py)

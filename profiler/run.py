@@ -42,7 +42,7 @@ from specplan.profiler.head_acceptance import replay_head
 from specplan.profiler.batch_latency import MAX_TOKENS, measure_batch_curves
 from specplan.profiler.batch_overhead import measure_batch_overhead, repeated_to
 from specplan.profiler.curve_checkpoint import load_curves, save_curves
-from specplan.core.limits import LONGEST_LOOKUP_CHAIN
+from specplan.core.limits import LATENCY_CONTEXT, LONGEST_LOOKUP_CHAIN, MIN_CONTEXT
 from specplan.profiler.latency import WIDTHS, measure_head_latency, measure_latency
 from specplan.profiler.acceptance import teacher_forced_logits
 from specplan.profiler.prediction_acceptance import prediction_calibration
@@ -51,8 +51,6 @@ from specplan.profiler.wide_verify import NEVER, WIDE_CURVE, measure_both, route
 from specplan.core.yamlio import read_document
 
 
-DEFAULT_CONTEXT = 256  # the latency context without prompts to take it from
-MIN_CONTEXT = 16
 ANSWER_TOKENS = 128  # the answer a plan is run for, over which decode positions count (--quick calibrates on 64)
 
 
@@ -91,7 +89,7 @@ def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int
     """
     positions = sorted(position for length in prompt_lengths for position in range(length, length + max_new_tokens))
     if not positions:
-        return (DEFAULT_CONTEXT,)
+        return (LATENCY_CONTEXT,)
     return tuple(max(MIN_CONTEXT, positions[len(positions) * quarter // 4]) for quarter in (1, 3))
 
 
