@@ -73,8 +73,8 @@ def add_parser(commands) -> None:
                              "one-token rows: docs/backends.md, \"Flash attention\"); measure: off where a plain token "
                              "is measured at least 10%% cheaper without it")
     parser.add_argument("--context", type=integer(MIN_CONTEXT, MAX_CONTEXT), default=None, metavar="TOKENS",
-                        help="cached tokens under each latency measurement (default: two caches, the quartiles "
-                             "of the positions the calibration prompts' answers are decoded at, averaged; a "
+                        help="cached tokens under each latency measurement (default: three caches, the medians of "
+                             "three equal shares of the positions the calibration prompts' answers are decoded at, averaged; a "
                              "small model's forward costs more over a longer cache)")
     add_batch_sizes_option(parser, "also measure T(n, b): forwards of b sequences x n tokens each at these batch "
                                    "sizes (e.g. 1,2,4,8,16,32; batch 1 always; stops where memory runs out); "

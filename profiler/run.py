@@ -51,6 +51,7 @@ from specplan.profiler.wide_verify import NEVER, WIDE_CURVE, measure_both, route
 from specplan.core.yamlio import read_document
 
 
+DECODE_STRATA = 3  # equal shares of the decode positions, one latency cache at each one's median
 ANSWER_TOKENS = 128  # the answer a plan is run for, over which decode positions count (--quick calibrates on 64)
 
 
@@ -77,20 +78,22 @@ class ProfileSettings:
 
 def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int, ...]:
     """The caches the latency curves are timed over, averaged (docs/planner-math.md section 7.1): the
-    first and third quartile of the positions calibration tokens are decoded at (each prompt decoding
-    ``max_new_tokens`` after its prompt: the profile's 128, or more where its calibration decodes more).
-    A decode rate pooled over prompts is one over the mean T(1) over those positions, and T grows with
-    the cache in steps: llama.cpp attends over the used cells padded to a multiple of 256. On the Xeon of docs/results.md a SmolLM2 token cost 13.1 ms over 112
-    cached tokens and 18.2 over 256 (a span of 512), and plain decoding of 40 Spec-Bench prompts took
-    16.9 ms a token: neither the median position nor a fixed 256 is the mean; two quartiles straddle the step.
+    positions calibration tokens are decoded at (each prompt decoding ``max_new_tokens`` after its prompt:
+    the profile's 128, or more where its calibration decodes more) cut into ``DECODE_STRATA`` equal thirds,
+    and the median of each. A decode rate pooled over prompts is one over the mean T(1) over those positions,
+    and T grows with the cache in steps: llama.cpp attends over the used cells padded to a multiple of 256.
+    On the Xeon of docs/results.md a SmolLM2 token cost 16.4 ms over 240 cached tokens and 21.6 over 256 (a
+    span of 512). Priced on such a curve, the thirds' medians come closer to the mean over every position than
+    two quartiles do (``measurements/context_span.py --workloads``; docs/results.md has the numbers).
 
     >>> decode_contexts([60, 120, 900], 64), decode_contexts([10], 128), decode_contexts([], 64)
-    ((108, 916), (42, 106), (256,))
+    ((92, 152, 932), (31, 74, 116), (256,))
     """
     positions = sorted(position for length in prompt_lengths for position in range(length, length + max_new_tokens))
     if not positions:
         return (LATENCY_CONTEXT,)
-    return tuple(max(MIN_CONTEXT, positions[len(positions) * quarter // 4]) for quarter in (1, 3))
+    medians = (positions[len(positions) * (2 * third + 1) // (2 * DECODE_STRATA)] for third in range(DECODE_STRATA))
+    return tuple(dict.fromkeys(max(MIN_CONTEXT, median) for median in medians))
 
 
 def averaged_curve(curves: list[LatencyCurve], context: int) -> LatencyCurve:

@@ -31,16 +31,16 @@ def test_profile_measures_every_cheaper_drafter_against_each_middle_model(tiny_m
 
 
 @pytest.mark.realmodel
-def test_the_latency_curves_average_the_prompts_quartile_decode_positions_unless_a_context_is_set(tiny_model_dir):
+def test_the_latency_curves_average_the_prompts_decode_position_thirds_unless_a_context_is_set(tiny_model_dir):
     from specplan.models.chat import encode_prompt
     from specplan.models.load import load_model
     from specplan.profiler.run import ANSWER_TOKENS, ProfileSettings, decode_contexts, run_profile
 
     target = load_model(tiny_model_dir, "float32")
     prompts = stratified(spec_bench_split("calibration"), 2)
-    quartiles = decode_contexts([len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts], ANSWER_TOKENS)
-    assert len(quartiles) == 2 and quartiles[0] < quartiles[1]
-    for context, nominal, recorded in ((None, round(sum(quartiles) / 2), list(quartiles)), (40, 40, None)):
+    thirds = decode_contexts([len(encode_prompt(target.tokenizer, prompt.text)) for prompt in prompts], ANSWER_TOKENS)
+    assert len(thirds) == 3 and thirds[0] < thirds[1] < thirds[2]
+    for context, nominal, recorded in ((None, round(sum(thirds) / 3), list(thirds)), (40, 40, None)):
         settings = ProfileSettings(max_new_tokens=16, repeats=1, gamma=4, context=context, middles=False)
         profile = run_profile(target, [parse_drafter_spec("ngram:3")], prompts, torch.device("cpu"), settings)
         assert profile.calibration["context"] == nominal
