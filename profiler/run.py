@@ -83,8 +83,9 @@ def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int
     and the median of each. A decode rate pooled over prompts is one over the mean T(1) over those positions,
     and T grows with the cache in steps: llama.cpp attends over the used cells padded to a multiple of 256.
     On the Xeon of docs/results.md a SmolLM2 token cost 16.4 ms over 240 cached tokens and 21.6 over 256 (a
-    span of 512). Priced on such a curve, the thirds' medians come closer to the mean over every position than
-    two quartiles do (``measurements/context_span.py --workloads``; docs/results.md has the numbers).
+    span of 512). Priced on such a curve, the thirds' medians came closer to the mean over every position than
+    two quartiles did: 2% off it on average over six prompt sets against 4% (``measurements/context_span.py
+    --workloads``; docs/results.md, "Three caches instead of two").
 
     >>> decode_contexts([60, 120, 900], 64), decode_contexts([10], 128), decode_contexts([], 64)
     ((92, 152, 932), (31, 74, 116), (256,))
