@@ -15,9 +15,8 @@ from specplan.core.limits import MAX_CONTEXT, MIN_CONTEXT
 from specplan.core.outputs import check_output_file, stored_kind
 from specplan.core.plan import load_plan, plan_floor
 from specplan.core.profile import save_profile
-from specplan.core.prompts import PROFILE_PROMPTS, held_out_split, profile_prompts, read_prompts, stratified
+from specplan.core.prompts import PROFILE_PROMPTS, QUICK_PROMPTS, held_out_split, profile_prompts, read_prompts, stratified
 from specplan.core.workloads import WORKLOADS, workload_split
-
 
 
 def add_parser(commands) -> None:
@@ -202,7 +201,7 @@ def command(args) -> int:
     quants = normalize_quants(args.quant)  # first = the target's precision, the rest: variants (docs/guide.md, "4-bit targets")
     if args.resume and quants != ["none"]:
         raise SpecplanError("--resume applies to a 16-bit or GGUF target; a --quant profile measures its curves again")
-    limit = args.limit or (13 if args.quick else PROFILE_PROMPTS)
+    limit = args.limit or (QUICK_PROMPTS if args.quick else PROFILE_PROMPTS)
     prompts, held_out = calibration_prompts(args, limit)
 
     from specplan.models.load import quiet_transformers

@@ -92,10 +92,11 @@ def spec_bench_split(split: str) -> list[Prompt]:
 
 
 PROFILE_PROMPTS = 40  # calibration prompts `specplan profile` measures on: the stratified first 40
+QUICK_PROMPTS = 13  # the same with --quick
 
 
 def profile_prompts(limit: int) -> list[Prompt]:
-    """The calibration prompts ``specplan profile`` measures on (``--quick`` takes the first 13)."""
+    """The calibration prompts ``specplan profile`` measures on (``--quick`` takes the first :data:`QUICK_PROMPTS`)."""
     return stratified(spec_bench_split("calibration"), limit)
 
 

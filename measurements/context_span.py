@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import numpy
-from pathlib import Path
 
 from specplan.models.load import default_gguf_path, gguf_file
 from specplan.runtime.llama_cpp_session import LlamaCppSession
@@ -54,11 +54,14 @@ def priced(position: int, one_token_ms: dict[int, float]) -> float:
     return float(numpy.interp(position, same, [one_token_ms[context] for context in same]))
 
 
-def estimates(positions: list[int], one_token_ms: dict[int, float]) -> dict[str, float]:
-    """The mean T(1) over ``positions`` and what each choice of latency caches estimates it as."""
-    ordered = sorted(positions)
+def estimates(lengths: list[int], one_token_ms: dict[int, float]) -> dict[str, float]:
+    """The mean T(1) over the positions prompts of ``lengths`` decode a 128-token answer at, and what each
+    choice of latency caches estimates it as (the profiler's own, ``decode_contexts``, first)."""
+    from specplan.profiler.run import ANSWER_TOKENS, decode_contexts
+
+    ordered = sorted(position for length in lengths for position in range(length, length + ANSWER_TOKENS))
     quantile = lambda share: ordered[min(len(ordered) - 1, int(len(ordered) * share))]  # noqa: E731
-    choices = {"thirds": [quantile(share) for share in (1 / 6, 1 / 2, 5 / 6)],
+    choices = {"thirds": list(decode_contexts(lengths, ANSWER_TOKENS)),
                "quartiles": [quantile(0.25), quantile(0.75)], "median": [quantile(0.5)], "256": [256]}
     found = {"mean": statistics.fmean(priced(position, one_token_ms) for position in ordered)}
     for name, caches in choices.items():
@@ -67,23 +70,21 @@ def estimates(positions: list[int], one_token_ms: dict[int, float]) -> dict[str,
 
 
 def print_estimates(path: Path, workloads: list[str], one_token_ms: dict[int, float]) -> None:
-    from specplan.core.prompts import profile_prompts, stratified
+    from specplan.core.prompts import QUICK_PROMPTS, stratified
     from specplan.core.workloads import workload_split
     from specplan.models.chat import encode_prompt
     from specplan.models.load import load_model
-    from specplan.profiler.run import ANSWER_TOKENS
 
     tokenizer = load_model(str(path)).tokenizer
     print("\nmean T(1) over every decode position, and each choice of caches' estimate of it (ms; ratio to the mean)")
     print("| workload | prompts | mean | thirds (now) | quartiles | one median | 256 |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for workload in workloads:
-        calibration = profile_prompts(13) if workload == "spec-bench" else stratified(workload_split(workload, "calibration"), 13)
-        for label, prompts in (("calibration, 13", calibration), ("evaluation, 40", stratified(workload_split(workload, "evaluation"), 40))):
-            lengths = [len(encode_prompt(tokenizer, prompt.text)) for prompt in prompts]
-            found = estimates([p for length in lengths for p in range(length, length + ANSWER_TOKENS)], one_token_ms)
+        for split, count in (("calibration", QUICK_PROMPTS), ("evaluation", 40)):
+            prompts = stratified(workload_split(workload, split), count)
+            found = estimates([len(encode_prompt(tokenizer, prompt.text)) for prompt in prompts], one_token_ms)
             cells = " | ".join(f"{found[name]:.2f} ({found[name] / found['mean']:.3f})" for name in ("thirds", "quartiles", "median", "256"))
-            print(f"| {workload} | {label} | {found['mean']:.2f} | {cells} |")
+            print(f"| {workload} | {split}, {count} | {found['mean']:.2f} | {cells} |")
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ class ProfileSettings:
 def decode_contexts(prompt_lengths: list[int], max_new_tokens: int) -> tuple[int, ...]:
     """The caches the latency curves are timed over, averaged (docs/planner-math.md section 7.1): the
     positions calibration tokens are decoded at (each prompt decoding ``max_new_tokens`` after its prompt:
-    the profile's 128, or more where its calibration decodes more) cut into ``DECODE_STRATA`` equal thirds,
+    the profile's 128, or more where its calibration decodes more) cut into ``DECODE_STRATA`` equal shares,
     and the median of each. A decode rate pooled over prompts is one over the mean T(1) over those positions,
     and T grows with the cache in steps: llama.cpp attends over the used cells padded to a multiple of 256.
     On the Xeon of docs/results.md a SmolLM2 token cost 16.4 ms over 240 cached tokens and 21.6 over 256 (a
