@@ -55,7 +55,7 @@ def _measure(spec: ArchSpec, layers: int | None, device: torch.device, settings:
         context = context_ids(int(spec.config["vocab_size"]), settings.context)
         curve = measure_latency(model, device, context, WIDTHS, settings.repeats, bar.update, runtime=settings.runtime)
         return (curve, *measure_batch_curves(model, device, context, settings.batch_sizes, settings.repeats,
-                                             label=spec.name))
+                                             label=spec.name, runtime=settings.runtime))
     finally:
         del model
         gc.collect()

@@ -260,7 +260,7 @@ def _batched_curves(networks, device, context, settings: ProfileSettings) -> dic
         for model_id, network in networks:
             if not is_draft_head(network):
                 result[model_id] = measure_batch_curves(network, device, context, batches, settings.repeats,
-                                                        settings.batch_max_tokens, model_id)
+                                                        settings.batch_max_tokens, model_id, runtime=settings.runtime)
             bar.update(len(batches) * len(WIDTHS))
     return result
 

