@@ -21,11 +21,11 @@ from specplan.planner.hardware.sku import get_sku, load_skus
 
 
 def _roofline_rows(profile: Profile, sku: str) -> list[dict]:
-    """Per model and n: measured ms, the SKU's roofline ms and its error, and the fitted one's."""
+    """Per model, batch and n: measured ms, the SKU's roofline ms and its error, and the fitted one's."""
     device = get_sku(sku, load_skus())
     assumed = compare_roofline(profile, device)
     fitted = compare_roofline(profile, device, fit_calibration(profile, device)) if len(assumed) >= 4 else assumed
-    return [{"model": a.model, "n": a.n, "measured_ms": round(a.measured_ms, 4), "roofline_ms": round(a.roofline_ms, 4),
+    return [{"model": a.model, "batch": a.batch, "n": a.n, "measured_ms": round(a.measured_ms, 4), "roofline_ms": round(a.roofline_ms, 4),
              "error": round(a.error, 4), "fitted_ms": round(f.roofline_ms, 4), "fitted_error": round(f.error, 4)}
             for a, f in zip(assumed, fitted)]
 
@@ -78,9 +78,9 @@ def render_markdown(report: dict) -> str:
         if not entry["roofline"]:
             lines += [f"Roofline: not compared ({entry.get('roofline_error', 'no points')})", ""]
             continue
-        lines += [f"| model | n | measured ms | roofline ({entry['roofline_sku']}) ms | error | fitted ms | fitted error |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['model']} | {r['n']} | {r['measured_ms']:.3f} | {r['roofline_ms']:.3f} | {r['error']:+.1%} | "
+        lines += [f"| model | batch | n | measured ms | roofline ({entry['roofline_sku']}) ms | error | fitted ms | fitted error |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['model']} | {r['batch']} | {r['n']} | {r['measured_ms']:.3f} | {r['roofline_ms']:.3f} | {r['error']:+.1%} | "
                   f"{r['fitted_ms']:.3f} | {r['fitted_error']:+.1%} |" for r in entry["roofline"]]
         lines.append("")
     return "\n".join(lines) + "\n"

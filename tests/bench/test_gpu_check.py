@@ -50,3 +50,16 @@ def test_the_report_needs_a_folder(capsys):
                                        ("NVIDIA L4", "l4"), ("NVIDIA H100 PCIe", None)])
 def test_a_gpu_name_maps_to_its_sku(name, sku):
     assert sku_of_device_name(name) == sku
+
+
+def test_the_report_names_the_batch_of_every_point(tmp_path):
+    """A profile with T(n, b) (the H200's Llama-3-8B, batches 4, 16 and 64 beside batch 1) is
+    compared with the roofline at every batch, each row naming its batch."""
+    shutil.copy(REPO / "profiles" / "gpu-h200" / "latency-llama-3-8b-compiled-batched-eager.yaml",
+                tmp_path / "latency-llama-3-8b-compiled.yaml")
+    assert report_main([str(tmp_path), "h200"]) == 0
+    (entry,) = json.loads((tmp_path / "report.json").read_text())["profiles"]
+    assert {row["batch"] for row in entry["roofline"]} == {1, 4, 16, 64}
+    four = next(row for row in entry["roofline"] if row["batch"] == 4 and row["n"] == 1)
+    assert four["measured_ms"] == pytest.approx(21.621)
+    assert "| model | batch | n |" in (tmp_path / "report.md").read_text()
