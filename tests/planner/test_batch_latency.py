@@ -35,11 +35,15 @@ def _batched(profile, factor: float = 1.5):
     return replace(profile, models=tuple(models))
 
 
+# each stored batched profile's folder and the batch sizes it was measured at (the H200's: the GPU check)
+STORED_BATCHES = {"cpu-batched": (1, 2, 4, 8), "cpu-qwen-gptq-batched": (1, 2, 4, 8), "gpu-h200": (1, 4, 16, 64)}
+
+
 def test_the_stored_batched_profile_is_version_two_with_its_batches():
-    assert [path.parent.name for path in BATCHED] == ["cpu-batched", "cpu-qwen-gptq-batched"]
+    assert [path.parent.name for path in BATCHED] == list(STORED_BATCHES)
     for path in BATCHED:
         profile = load_profile(path)
-        assert batch_sizes(profile) == (1, 2, 4, 8)
+        assert batch_sizes(profile) == STORED_BATCHES[path.parent.name]
         assert [curve.batch for curve in profile.target.batch_overhead] in ([], [2, 4, 8])
 
 
