@@ -59,11 +59,11 @@ def measure_batch_latency(model: torch.nn.Module, device: torch.device, context_
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     context = list(context_ids)
-    if step is not None:
-        return _static_batch_latency(model, device, context, batch, widths, repeats, progress, step)
-    cache = DynamicCache(config=model.config)
     rows = torch.tensor([context] * batch, dtype=torch.long, device=device)  # [batch, context]
     filler = torch.tensor([_filler(context, widths)] * batch, dtype=torch.long, device=device)  # [batch, max width]
+    if step is not None:
+        return _static_batch_latency(model, device, rows, filler, widths, repeats, progress, step)
+    cache = DynamicCache(config=model.config)
     with torch.inference_mode():
         model(input_ids=rows, past_key_values=cache, use_cache=True)
 
@@ -81,16 +81,15 @@ def measure_batch_latency(model: torch.nn.Module, device: torch.device, context_
     return LatencyCurve(curve.context, curve.n, curve.ms, "measured", batch)
 
 
-def _static_batch_latency(model: torch.nn.Module, device: torch.device, context: list[int], batch: int,
+def _static_batch_latency(model: torch.nn.Module, device: torch.device, rows: torch.Tensor, filler: torch.Tensor,
                           widths: Sequence[int], repeats: int, progress: Callable[[], None] | None,
                           step: Step) -> LatencyCurve:
-    """:func:`measure_batch_latency` through ``step`` over a static cache of ``batch`` rows: the
-    context prefilled eagerly, then each width's forward attending to the whole buffer (fixed
-    shapes, as the runtime's CUDA graphs replay them) and never committed."""
-    past, capacity = len(context), len(context) + max(widths)
+    """:func:`measure_batch_latency` through ``step`` over a static cache of as many rows as ``rows``
+    (the context, [batch, context]): the context prefilled eagerly, then each width's forward of
+    ``filler``'s first columns attending to the whole buffer (fixed shapes, as the runtime's CUDA
+    graphs replay them) and never committed."""
+    (batch, past), capacity = rows.shape, rows.shape[1] + max(widths)
     cache = new_static_cache(model, device, capacity)
-    rows = torch.tensor([context] * batch, dtype=torch.long, device=device)
-    filler = torch.tensor([_filler(context, widths)] * batch, dtype=torch.long, device=device)
     with torch.inference_mode():
         cache.begin(past)
         model(input_ids=rows, position_ids=torch.arange(past, device=device).expand(batch, past),

