@@ -57,7 +57,7 @@ from pathlib import Path
 
 from specplan.bench.metrics import Measurement
 from specplan.core.errors import SpecplanError
-from specplan.runtime.llama_cpp_session import repacks_weights
+from specplan.runtime.llama_cpp_session import engine_repacks
 
 PREFIX = "llama-server"
 BUILD = "bash scripts/build-llama-server.sh"
@@ -395,7 +395,7 @@ def llama_server_peers(names: Sequence[str], runner, threads: int, draft_gguf: P
                      f"{BUILD} (a few minutes, once) or set SPECPLAN_LLAMA_SERVER")
         return []
     target = Path(runner.target.path)
-    repack = repacks_weights(runner.target.exact)  # as the plan's target session loads its weights
+    repack = engine_repacks(runner.target.exact)  # as the plan's target session loads its weights, where llama-server can
     methods = []
     for peer in peers:
         if peer.needs_draft_model and draft_gguf is None:

@@ -52,7 +52,7 @@ import openai
 from specplan.bench.llama_server_peer import (LlamaServer, drafter_gguf, parse_peer, server_binary, server_command)
 from specplan.core.contract import load_plan_and_profile
 from specplan.core.workloads import workload_split
-from specplan.runtime.llama_cpp_session import repacks_weights
+from specplan.runtime.llama_cpp_session import engine_repacks
 
 CODE = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
 START = re.compile(r"at (http://\S+/v1);")
@@ -204,7 +204,7 @@ def main() -> int:
     if target is None:
         from specplan.models.load import gguf_file
         target = Path(gguf_file(profile.target.source))
-    repack = repacks_weights(exact=profile.exact)
+    repack = engine_repacks(exact=profile.exact)
     ChunkTokens.open(target)
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}

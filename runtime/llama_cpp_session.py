@@ -36,6 +36,7 @@ import torch
 from specplan.core.errors import BackendMissingError, ModelError, SpecplanError
 from specplan.core.parents import check_parents, node_depths
 from specplan.runtime.backend import Session
+from specplan.runtime.llama_cpp_repack import repack_overrides
 from specplan.runtime.llama_cpp_wide import StateBuffer, WideContext, copy_committed
 
 COMMITTED = 0  # the sequence id of the committed text; path p of a tree extend has id p + 1
@@ -83,23 +84,37 @@ def _has_amx(llama_cpp) -> bool:
 
 
 def repacks_weights(exact: bool) -> bool:
-    """Whether a session with these numerics repacks the weights for this CPU (llama.cpp's
-    "extra buffer types", on by default in llama.cpp and llama-server): not when ``exact`` (batch
-    invariance was measured without it), nor on a CPU with AMX (this build's AMX repacking
-    segfaults in llama_decode; docs/backends.md, "AMX")."""
-    return not exact and not _has_amx(_llama_cpp())
+    """Whether a session with these numerics repacks the weights for this CPU (llama.cpp's "extra buffer
+    types", on by default in llama.cpp and llama-server): not when ``exact`` (batch invariance was measured
+    without it). On a CPU with AMX, whose AMX repacking crashes in llama_decode, through the CPU_REPACK
+    buffer type alone (runtime/llama_cpp_repack.py; docs/backends.md, "AMX")."""
+    return not exact
 
 
-def load_model(llama_cpp, model_path: str | Path, exact: bool = True, repack: bool | None = None):
+def engine_repacks(exact: bool) -> bool:
+    """Whether llama.cpp's own engines (llama-server, llama-cpp-python's ``Llama``) run repacked weights
+    where a session with these numerics does: not on a CPU with AMX, where llama.cpp's repacking crashes
+    and ``--no-repack`` is how they run (no flag of theirs repacks without AMX)."""
+    return repacks_weights(exact) and not _has_amx(_llama_cpp())
+
+
+def load_model(llama_cpp, model_path: str | Path, exact: bool = True, repack: bool | None = None,
+               without_amx: bool | None = None):
     """Load the GGUF file at ``model_path`` on the CPU; ModelError (one line) when it is missing or unloadable.
 
-    Weight repacking as ``repack`` says, else as :func:`repacks_weights` says."""
+    Weight repacking as ``repack`` says, else as :func:`repacks_weights` says; ``without_amx`` (None: on a CPU
+    with AMX) through the CPU_REPACK buffer type alone (runtime/llama_cpp_repack.py)."""
     path = Path(model_path)
     if not path.is_file():
         raise ModelError(f"GGUF file {path} does not exist; pass the path of an existing .gguf file")
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
     params.use_extra_bufts = repacks_weights(exact) if repack is None else repack
+    overrides = None  # kept referenced until the model is loaded
+    if params.use_extra_bufts and (_has_amx(llama_cpp) if without_amx is None else without_amx):
+        params.use_extra_bufts = False
+        overrides = repack_overrides(llama_cpp, path)
+        params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p) if overrides is not None else None
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise ModelError(f"llama.cpp could not load {path} (not a GGUF model this llama.cpp supports); "

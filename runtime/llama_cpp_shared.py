@@ -86,7 +86,7 @@ class SharedContext:
         self.model_path, self.n_ctx, self.threads, self.batcher = Path(model_path), n_ctx, threads, batcher
         self.flash_off = flash_off
         self.model = self.context = self.batch = None
-        repack = repacks_weights(False) if repack is None else repack  # never on AMX (docs/backends.md, "AMX")
+        repack = repacks_weights(False) if repack is None else repack  # on AMX without it (docs/backends.md, "AMX")
         self.model = load_model(self.llama, self.model_path, exact=False, repack=repack)
         params = context_params(self.llama, n_ctx * slots, self.ids_per_slot * slots, threads, False, flash_off)
         self.context = self.llama.llama_init_from_model(self.model, params)

@@ -11,7 +11,7 @@ import pytest
 
 from specplan.bench.metrics import Measurement
 
-from specplan.runtime.llama_cpp_session import repacks_weights
+from specplan.runtime.llama_cpp_session import engine_repacks
 from specplan.bench.llama_server_peer import (
     ServerPeer,
     completion_request,
@@ -134,7 +134,7 @@ def test_a_draft_peer_without_a_drafter_is_a_note(monkeypatch, tmp_path):
     methods = llama_server_peers(["llama-server-draft:2"], runner, 2, tmp_path / "d.gguf", notes)
     assert methods[0].settings["spec_draft_n_max"] == 2 and "d.gguf" in methods[0].description
     assert "--no-repack" in methods[0].description  # exact numerics: weights as the session loads them
-    if repacks_weights(False):  # fast numerics repack, as llama-server does by default (not on AMX)
+    if engine_repacks(False):  # fast numerics repack, as llama-server does by default (not on AMX)
         fast = SimpleNamespace(target=SimpleNamespace(path=str(tmp_path / "t.gguf"), exact=False))
         assert "--no-repack" not in llama_server_peers(["llama-server"], fast, 2, None, notes)[0].description
 
