@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from specplan.core.contract import load_plan_and_profile
-from specplan.core.errors import ModelError
+from specplan.core.errors import BackendMissingError, ModelError
 from specplan.core.yamlio import file_sha256
 from specplan.cli.export_drafters import planned_gguf, planned_heads, write_head_checkpoint, write_llama_cpp_drafter
 from specplan.planner.export import describe, engine_support
@@ -53,6 +53,18 @@ def model_names(profile, engine: str, planned: tuple[tuple[str, str], ...] = (),
     return ModelNames(profile.target.source, profile.device.kind, tuple(found), heads=heads)
 
 
+def _repacking_crashes() -> bool:
+    """Whether llama.cpp's weight repacking crashes on this machine (a CPU with AMX): its llama-server then runs
+    only with ``--no-repack``. False where llama-cpp-python is not installed (the command is written for
+    another machine)."""
+    from specplan.runtime.llama_cpp_session import engine_repacks, repacks_weights
+
+    try:
+        return repacks_weights(False) and not engine_repacks(False)
+    except BackendMissingError:
+        return False
+
+
 def profile_source(profile, drafter: str) -> str:
     """The SPEC source of ``drafter`` in ``profile`` (a model or a retrieval drafter)."""
     model = profile.model(drafter)
@@ -86,12 +98,17 @@ def command(args) -> int:
     pasted = pasted_export(profile, args.engine, options, profile_path=str(profile_path),
                            profile_sha256=file_sha256(profile_path), names=names)
     result, schedule, config = pasted.result, pasted.schedule, pasted.config
+    no_repack = args.engine == "llama.cpp" and _repacking_crashes()
+    if no_repack:
+        config += " --no-repack"
     written = []
     if args.engine == "llama.cpp" and result.stage is not None:
         written = write_llama_cpp_drafter(result.stage, profile_source(profile, result.stage.drafter), names, planned)
     if heads and result.stage is not None:
         written = write_head_checkpoint(result.stage, profile_source(profile, result.stage.drafter), heads)
     lines = describe(result) + [f"wrote {path} (the drafter in {result.engine}'s format)" for path in written]
+    if no_repack:
+        lines.append("--no-repack: llama.cpp's weight repacking crashes on this CPU's AMX (docs/backends.md, \"AMX\")")
     if schedule is not None:  # T(n, b): the setting per batch size, or the loss of one setting
         lines += schedule.lines()
     if plan.device.get("source") == "roofline":

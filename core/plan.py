@@ -213,14 +213,6 @@ class Plan:
             configurations += [row.stages for row in self.schedule.rows]
         return max((stage.shape.most_paths for stages in configurations for stage in stages), default=1)
 
-    def widest_target_verify(self) -> int | None:
-        """The most tokens one target forward verifies under this plan (its stage's draft, root
-        included; 1 for plain decoding), or None when the runtime may choose other shapes (an
-        adaptive plan re-solves at run time)."""
-        if self.adaptive is not None:
-            return None
-        return max((stage.shape.size for stage in self.stages if stage.verifier == self.target), default=1)
-
 
 def _count(raw: dict[str, Any], key: str, high: int, where: str) -> int:
     try:

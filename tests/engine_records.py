@@ -64,12 +64,18 @@ def load_record(engine: str) -> Record:
     return Record(origin, version, {k: frozenset(v) for k, v in sections.items()}, columns)
 
 
+SWITCHES = ("--no-repack",)  # flags specplan writes without a value (llama-server's, on a CPU with AMX)
+
+
 def _flags(words: list[str]) -> dict[str, str]:
-    """``--flag value`` pairs (every flag specplan writes takes one value)."""
+    """``--flag value`` pairs (every other flag specplan writes takes one value), and each of ``SWITCHES``
+    present with the value ``""``."""
+    switches = {word: "" for word in words if word in SWITCHES}
+    words = [word for word in words if word not in SWITCHES]
     assert len(words) % 2 == 0, words
     pairs = dict(zip(words[::2], words[1::2]))
     assert all(flag.startswith("-") for flag in pairs), words
-    return pairs
+    return pairs | switches
 
 
 def tensorrt_llm_file(text: str) -> tuple[list[str], dict]:

@@ -42,7 +42,7 @@ def test_export_writes_the_drafter_as_gguf_and_names_it(tiny_model_dir, tmp_path
     record = json.loads(capsys.readouterr().out)
     written = tmp_path / "export-llama.cpp" / (Path(tiny_model_dir).name + ".gguf")
     assert record["written"] == [str(written)] and not record["not_writable_yet"]
-    words = shlex.split(record["config"])
+    words = [word for word in shlex.split(record["config"]) if word != "--no-repack"]  # written on a CPU with AMX
     flags = dict(zip(words[1::2], words[2::2]))
     assert flags["--spec-draft-model"] == str(written) and flags["--spec-type"] == "draft-simple"
     assert not unknown_names("llama.cpp", record["config"])
@@ -65,3 +65,19 @@ def test_a_folder_that_is_no_model_stays_unwritable(tmp_path, capsys):
     assert main(["export", str(plan), "--engine", "llama.cpp", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["written"] == [] and "GGUF" in record["not_writable_yet"][0]
+
+
+@pytest.mark.parametrize("crashes", [True, False])
+def test_the_command_runs_without_repacking_where_repacking_crashes(tmp_path, capsys, monkeypatch, crashes):
+    """On a CPU with AMX llama-server dies repacking the weights: the command says ``--no-repack``, and why."""
+    import specplan.cli.export as export
+
+    monkeypatch.setattr(export, "_repacking_crashes", lambda: crashes)
+    (tmp_path / "notes").mkdir()
+    plan = plan_with_drafter(str(tmp_path / "notes"), tmp_path)
+    assert main(["export", str(plan), "--engine", "llama.cpp"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().startswith("llama-server ") and out.strip().endswith(" --no-repack") == crashes
+    assert ("repacking crashes on this CPU's AMX" in err) == crashes
+    assert main(["export", str(plan), "--engine", "vllm"]) == 0
+    assert "--no-repack" not in capsys.readouterr().out

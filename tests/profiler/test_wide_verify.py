@@ -40,22 +40,15 @@ def test_no_wide_curve_or_other_widths_leave_the_curve_alone():
     assert route(REPACKED, LatencyCurve(256, (1, 64), (49.0, 600.0))) == (REPACKED, 0)
 
 
-def test_a_plan_that_never_verifies_as_wide_loads_no_second_copy():
-    """runtime/backends/llama_cpp_backend.py wide_verify_width: the profile's width only where the plan can reach it."""
+def test_every_plan_loads_the_wide_copy_the_profile_chose():
+    """runtime/backends/llama_cpp_backend.py wide_extend_width: the profile's width for any plan, plain decoding
+    too, whose prompts prefill on the unrepacked copy; none where the profile chose none."""
     from dataclasses import replace
 
-    from specplan.core.plan import Stage, StageShape
-    from specplan.core.plan_adaptive import AdaptiveCandidate, AdaptiveSettings
-    from specplan.runtime.backends.llama_cpp_backend import wide_verify_width
-    from tests.core.test_formats import make_plan, make_profile
+    from specplan.runtime.backends.llama_cpp_backend import wide_extend_width
+    from tests.core.test_formats import make_profile
 
     profile = make_profile()
+    assert wide_extend_width(profile) == 0  # the profile chose no wide copy
     profile = replace(profile, models=(replace(profile.models[0], wide_from=32),) + profile.models[1:])
-    chain = lambda gamma: Stage("ngram-3", "target", StageShape("sequence", gamma=gamma))  # noqa: E731
-    assert make_plan().widest_target_verify() == 1  # plain decoding
-    assert wide_verify_width(make_plan(), profile) == 0
-    assert wide_verify_width(make_plan([chain(8)]), profile) == 0
-    assert wide_verify_width(make_plan([chain(31)]), profile) == 32  # 31 drafted + the root: 32 verified
-    adaptive = replace(make_plan([chain(4)]), adaptive=AdaptiveSettings((AdaptiveCandidate((), 30.0),)))
-    assert adaptive.widest_target_verify() is None and wide_verify_width(adaptive, profile) == 32
-    assert wide_verify_width(make_plan([chain(63)]), make_profile()) == 0  # the profile chose no wide copy
+    assert wide_extend_width(profile) == 32
