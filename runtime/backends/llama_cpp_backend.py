@@ -42,8 +42,8 @@ def wide_extend_width(profile: Profile) -> int:
     """The profile's ``wide_from`` (0: none): the target's extends of that many tokens or more decode on a
     second, unrepacked copy of its weights, faster there. Every plan loads it, plain decoding too: a
     prompt's prefill is such an extend (docs/backends.md, "Wide verifies on unrepacked weights"; on the
-    Xeon with AMX a Spec-Bench prompt's prefill took 2.0 s on the repacked weights against 1.4 s on the
-    unrepacked copy, llama-server's own)."""
+    Xeon with AMX a Spec-Bench prompt's prefill took 2.0 s on the repacked weights, 1.3 s on the unrepacked
+    copy, as in llama-server, with decoding no slower: docs/results.md, "Repacking without AMX")."""
     return profile.target.wide_from
 
 
