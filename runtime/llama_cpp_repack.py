@@ -15,9 +15,10 @@ lookups, which the repacked layout does not serve). A weight placed on ``CPU_REP
 repack would abort the load, so the list is kept to these.
 
 Measured on the 2-core Xeon with AMX (2026-12-01, Qwen2.5-Coder-1.5B Q4_K_M, 2 threads, 216 cached
-tokens, medians; docs/backends.md): a one-token decode 78.5 ms against 79.2 unrepacked, a 4-token
-verify 114 against 168, 8 tokens 207 against 256, 64 tokens 903 against 616 (where the session's
-unrepacked wide copy verifies: runtime/llama_cpp_wide.py).
+tokens, medians, ``measurements/wide_verify.py --model qwen2.5-coder-1.5b --context 216``; docs/backends.md,
+"AMX"): a one-token decode 69.9 ms against 74.4 unrepacked, a 4-token verify 114 against 168, 8 tokens 205
+against 272, 64 tokens 812 against 641 (where the session's unrepacked wide copy verifies:
+runtime/llama_cpp_wide.py).
 """
 
 from __future__ import annotations
