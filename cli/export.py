@@ -57,10 +57,10 @@ def _repacking_crashes() -> bool:
     """Whether llama.cpp's weight repacking crashes on this machine (a CPU with AMX): its llama-server then runs
     only with ``--no-repack``. False where llama-cpp-python is not installed (the command is written for
     another machine)."""
-    from specplan.runtime.llama_cpp_session import engine_repacks, repacks_weights
+    from specplan.runtime.llama_cpp_session import repacking_crashes
 
     try:
-        return repacks_weights(False) and not engine_repacks(False)
+        return repacking_crashes()
     except BackendMissingError:
         return False
 

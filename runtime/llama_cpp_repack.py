@@ -24,6 +24,7 @@ runtime/llama_cpp_wide.py).
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -71,42 +72,72 @@ def name_patterns(names: list[str]) -> list[str]:
     return patterns + [f"^{re.escape(name)}$" for name in others]
 
 
-def gguf_weights(path: str | Path) -> list[tuple[str, str, int]]:
-    """``(name, ggml type name, row count)`` of every weight in the GGUF file at ``path`` (its header only)."""
-    from gguf import GGUFReader
+class _GgufParams(ctypes.Structure):
+    """ggml's ``gguf_init_params``: header only, and a ggml context of the tensors' shapes."""
 
-    return [(tensor.name, tensor.tensor_type.name, int(tensor.shape[1]) if len(tensor.shape) > 1 else 1)
-            for tensor in GGUFReader(str(path)).tensors]
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.POINTER(ctypes.c_void_p))]
 
 
-def repack_buffer_type(llama_cpp) -> int | None:
-    """The address of llama.cpp's CPU_REPACK buffer type (None: this build has none)."""
+@functools.cache
+def _ggml():
+    """llama-cpp-python's ggml library with the signatures used here, set once a process."""
     from llama_cpp._ggml import libggml
 
-    functions = (("ggml_backend_dev_by_type", [ctypes.c_int]), ("ggml_backend_dev_backend_reg", [ctypes.c_void_p]),
-                 ("ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p]),
-                 ("ggml_backend_buft_name", [ctypes.c_void_p]))
-    for name, arguments in functions:
+    pointer, text, count = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64
+    signatures = {"gguf_init_from_file": ([text, _GgufParams], pointer), "gguf_free": ([pointer], None),
+                  "gguf_get_n_tensors": ([pointer], count), "gguf_get_tensor_name": ([pointer, count], text),
+                  "gguf_get_tensor_type": ([pointer, count], ctypes.c_int), "ggml_type_name": ([ctypes.c_int], text),
+                  "ggml_get_tensor": ([pointer, text], pointer), "ggml_nrows": ([pointer], count),
+                  "ggml_free": ([pointer], None), "ggml_backend_dev_by_type": ([ctypes.c_int], pointer),
+                  "ggml_backend_dev_backend_reg": ([pointer], pointer),
+                  "ggml_backend_reg_get_proc_address": ([pointer, text], pointer),
+                  "ggml_backend_buft_name": ([pointer], text)}
+    for name, (arguments, result) in signatures.items():
         function = getattr(libggml, name)
-        function.argtypes, function.restype = arguments, ctypes.c_char_p if name.endswith("_name") else ctypes.c_void_p
-    device = libggml.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
-    address = libggml.ggml_backend_reg_get_proc_address(libggml.ggml_backend_dev_backend_reg(device),
-                                                        b"ggml_backend_dev_get_extra_bufts") if device else None
+        function.argtypes, function.restype = arguments, result
+    return libggml
+
+
+def gguf_weights(path: str | Path) -> list[tuple[str, str, int]]:
+    """``(name, ggml type name, row count)`` of every weight in the GGUF file at ``path``, read from its header by
+    llama.cpp's own GGUF reader (milliseconds; the ``gguf`` package's reader parses every metadata array, 8 s
+    for the 1.5B's vocabulary)."""
+    ggml = _ggml()
+    shapes = ctypes.c_void_p()
+    header = ggml.gguf_init_from_file(str(path).encode(), _GgufParams(True, ctypes.pointer(shapes)))
+    if not header:
+        return []
+    try:
+        names = [ggml.gguf_get_tensor_name(header, index) for index in range(ggml.gguf_get_n_tensors(header))]
+        return [(name.decode(), ggml.ggml_type_name(ggml.gguf_get_tensor_type(header, index)).decode().upper(),
+                 ggml.ggml_nrows(ggml.ggml_get_tensor(shapes, name))) for index, name in enumerate(names)]
+    finally:
+        ggml.gguf_free(header)
+        ggml.ggml_free(shapes)
+
+
+@functools.cache
+def repack_buffer_type() -> int | None:
+    """The address of llama.cpp's CPU_REPACK buffer type (None: this build has none); looked up once a process."""
+    ggml = _ggml()
+    device = ggml.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
+    address = ggml.ggml_backend_reg_get_proc_address(ggml.ggml_backend_dev_backend_reg(device),
+                                                     b"ggml_backend_dev_get_extra_bufts") if device else None
     if not address:
         return None
     extra = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(address)(device)
     index = 0
     while extra and extra[index]:
-        if libggml.ggml_backend_buft_name(extra[index]).decode() == BUFFER_TYPE:
+        if ggml.ggml_backend_buft_name(extra[index]).decode() == BUFFER_TYPE:
             return extra[index]
         index += 1
     return None
 
 
-def repack_overrides(llama_cpp, path: str | Path) -> ctypes.Array | None:
+def repack_overrides(path: str | Path) -> ctypes.Array | None:
     """The NULL-terminated override array that puts the GGUF file's repackable weights on CPU_REPACK (None:
     none to repack, or no such buffer type). The caller keeps it alive until the model is loaded."""
-    buffer_type = repack_buffer_type(llama_cpp)
+    buffer_type = repack_buffer_type()
     names = repacked_weights(gguf_weights(path)) if buffer_type else []
     if not names:
         return None

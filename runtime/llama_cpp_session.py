@@ -91,11 +91,17 @@ def repacks_weights(exact: bool) -> bool:
     return not exact
 
 
+def repacking_crashes() -> bool:
+    """Whether llama.cpp's own weight repacking crashes on this CPU (a build that uses its AMX tiles):
+    llama-server then runs only with ``--no-repack`` (docs/backends.md, "AMX")."""
+    return _has_amx(_llama_cpp())
+
+
 def engine_repacks(exact: bool) -> bool:
     """Whether llama.cpp's own engines (llama-server, llama-cpp-python's ``Llama``) run repacked weights
-    where a session with these numerics does: not on a CPU with AMX, where llama.cpp's repacking crashes
-    and ``--no-repack`` is how they run (no flag of theirs repacks without AMX)."""
-    return repacks_weights(exact) and not _has_amx(_llama_cpp())
+    where a session with these numerics does: not where their repacking crashes, and ``--no-repack`` is
+    how they run (no flag of theirs repacks without AMX)."""
+    return repacks_weights(exact) and not repacking_crashes()
 
 
 def load_model(llama_cpp, model_path: str | Path, exact: bool = True, repack: bool | None = None,
@@ -113,7 +119,7 @@ def load_model(llama_cpp, model_path: str | Path, exact: bool = True, repack: bo
     overrides = None  # kept referenced until the model is loaded
     if params.use_extra_bufts and (_has_amx(llama_cpp) if without_amx is None else without_amx):
         params.use_extra_bufts = False
-        overrides = repack_overrides(llama_cpp, path)
+        overrides = repack_overrides(path)
         params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p) if overrides is not None else None
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
