@@ -85,7 +85,8 @@ class PeerServer:
         def command(port: int) -> list[str]:
             base = [str(server_binary()), "-m", str(target), "-t", str(threads), "-c", str(4096 * slots),
                     "-np", str(slots), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0", "--no-webui"]
-            return base + ([] if repack else ["--no-repack"]) + arguments
+            keep = repack or "--no-repack" in arguments  # an exported command says it itself where it must
+            return base + ([] if keep else ["--no-repack"]) + arguments
 
         self.server = LlamaServer(command, "llama-server")
         self.server.start()
