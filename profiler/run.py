@@ -379,7 +379,8 @@ def held_out_acceptance(target: LoadedModel, drafters: list[DrafterSpec], prompt
     (docs/guide.md, "Your own prompts")."""
     target = replace(target, flash_off=profile.target.flash_attention == "off")
     built = [build_drafter(spec, target, device) for spec in drafters]
-    target_network = backend_for(target.backend).target_network(replace(target, wide_from=NEVER), device)
+    # the target as the profile's plans run it: its unrepacked copy where the profile found one faster
+    target_network = backend_for(target.backend).target_network(replace(target, wide_from=profile.target.wide_from), device)
     pairs = _target_outputs(target, prompts, device, settings, target_network, "target on held-out prompts,")
     curves = {model.id: model.latency[0] for model in profile.models}
     acceptance, retrieval, _ = _acceptance_tables(built, target, target_network, pairs, prompts, curves, device, settings)
@@ -420,9 +421,10 @@ def run_profile(target: LoadedModel, drafters: list[DrafterSpec], prompts: list[
     context = context_ids_for(target, prompts, settings.context)  # one cache where one measurement is asked
     target = _with_flash_attention_choice(target, context, settings)
     # on llama.cpp the target's session loads the unrepacked copy too (never used but while the
-    # curves time it) where its weights are repacked; elsewhere it drops wide_from
+    # curves time it) where some of its weights are repacked; else the two copies would run one set of kernels
     backend = backend_for(target.backend)
-    target_network = backend.target_network(replace(target, wide_from=NEVER), device)
+    wide = NEVER if backend.has_wide_copy(target) else 0
+    target_network = backend.target_network(replace(target, wide_from=wide), device)
     networks = [("target", target_network)] + [(b.spec.id, b.model) for b in built if b.model is not None]
     sources = {"target": target.source, **{b.spec.id: b.spec.source for b in built if b.model is not None}}
     device_info = backend.describe_device(target, device)

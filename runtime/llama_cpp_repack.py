@@ -134,6 +134,13 @@ def repack_buffer_type() -> int | None:
     return None
 
 
+def repacks_some_weight(path: str | Path) -> bool:
+    """Whether llama.cpp repacks any weight of the GGUF file at ``path`` on this CPU (a build with the CPU_REPACK
+    buffer type, and a weight of a type it repacks: a Q4_1 file such as SmolLM2-135M's has none, so a repacked and
+    an unrepacked load of it run the same kernels)."""
+    return repack_buffer_type() is not None and bool(repacked_weights(gguf_weights(path)))
+
+
 def repack_overrides(path: str | Path) -> ctypes.Array | None:
     """The NULL-terminated override array that puts the GGUF file's repackable weights on CPU_REPACK (None:
     none to repack, or no such buffer type). The caller keeps it alive until the model is loaded."""

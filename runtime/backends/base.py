@@ -51,6 +51,11 @@ class Backend(ABC):
     def target_session(self, target: LoadedModel, device: torch.device, runtime: RuntimeMode = EAGER) -> Session:
         """A session over the target's weights."""
 
+    def has_wide_copy(self, target: LoadedModel) -> bool:
+        """Whether a second, unrepacked copy of the target's weights runs other kernels than its session's own
+        (docs/backends.md, "Wide verifies on unrepacked weights"): the profiler times that copy only then."""
+        return False
+
     @abstractmethod
     def target_network(self, target: LoadedModel, device: torch.device) -> "torch.nn.Module | Session":
         """What the profiler decodes and times the target through: its network, or a session over it."""

@@ -112,6 +112,13 @@ class LlamaCppBackend(Backend):
         return llama_cpp_session(target.path, target, exact=target.exact, wide_from=target.wide_from,
                                  flash_off=target.flash_off)
 
+    def has_wide_copy(self, target: LoadedModel) -> bool:
+        """Fast numerics repack the weights, and the file holds some that llama.cpp repacks on this CPU."""
+        from specplan.runtime.llama_cpp_repack import repacks_some_weight
+        from specplan.runtime.llama_cpp_session import repacks_weights
+
+        return repacks_weights(target.exact) and repacks_some_weight(target.path)
+
     def target_network(self, target: LoadedModel, device: torch.device) -> Session:
         return self.target_session(target, device)
 

@@ -52,3 +52,19 @@ def test_every_plan_loads_the_wide_copy_the_profile_chose():
     assert wide_extend_width(profile) == 0  # the profile chose no wide copy
     profile = replace(profile, models=(replace(profile.models[0], wide_from=32),) + profile.models[1:])
     assert wide_extend_width(profile) == 32
+
+
+def test_only_a_file_with_weights_llama_cpp_repacks_is_timed_on_a_second_copy(monkeypatch):
+    """The default model's Q4_1 weights are not repacked: its two copies would run one set of kernels."""
+    pytest.importorskip("llama_cpp")
+    from specplan.models.load import load_gguf_model
+    from specplan.runtime import llama_cpp_repack
+    from specplan.runtime.backends.llama_cpp_backend import LlamaCppBackend
+
+    backend, target = LlamaCppBackend(), load_gguf_model("default", exact=False)
+    assert not backend.has_wide_copy(target)
+    if llama_cpp_repack.repack_buffer_type() is None:
+        pytest.skip("this llama.cpp build has no CPU_REPACK buffer type")
+    monkeypatch.setattr(llama_cpp_repack, "gguf_weights", lambda path: [("blk.0.ffn_up.weight", "Q4_K", 8960)])
+    assert backend.has_wide_copy(target)
+    assert not backend.has_wide_copy(load_gguf_model("default", exact=True))  # exact numerics never repack
