@@ -19,7 +19,7 @@ with the fallback guard's choice (runtime/fallback.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specplan.core.plan import Plan, Stage
 from specplan.core.profile import Profile
@@ -59,9 +59,9 @@ def _choice(batch: int, row_stages: tuple[Stage, ...], row_summary: str, plan: P
 def load_choices(plan: Plan, schedule: Schedule,
                  can_play: Callable[[tuple[Stage, ...]], bool] | None = None) -> tuple[LoadChoice, ...]:
     """The schedule's rows as a request's engine plays them, by ascending batch: the plan alone, and above
-    batch 1 each row's configuration, or the plan's own where the row predicts the plan faster at that
-    batch (a schedule solved with other options than the plan) or cannot cost it there, or where the row's
-    stages are neither the plan's chain at another length nor stages ``can_play`` accepts.
+    batch 1 each row's configuration (also where the plan cannot be costed at that batch), or the plan's own
+    where the row predicts the plan faster at that batch (a schedule solved with other options than the plan),
+    or where the row's stages are neither the plan's chain at another length nor stages ``can_play`` accepts.
 
     >>> from specplan.core.plan import Stage, StageShape
     >>> from specplan.core.schedule import ScheduleRow
@@ -71,7 +71,7 @@ def load_choices(plan: Plan, schedule: Schedule,
     ...              for b, s, st, planned in ((1, "six", chain(6), 1.0), (2, "three", chain(3), 0.9),
     ...                                        (4, "plain", (), 0.9), (8, "two", chain(2), 0.0)))
     >>> [(c.batch, c.plain, c.gamma) for c in load_choices(plan, Schedule(rows, 4))]
-    [(1, False, None), (2, False, 3), (4, True, None), (8, False, None)]
+    [(1, False, None), (2, False, 3), (4, True, None), (8, False, 2)]
     """
     return (_alone(plan),) + tuple(_row_choice(row, plan, can_play) for row in schedule.rows if row.batch > 1)
 
@@ -82,12 +82,14 @@ def _alone(plan: Plan) -> LoadChoice:
 
 
 def _row_choice(row: ScheduleRow, plan: Plan, can_play=None) -> LoadChoice:
-    """The row's configuration, unless the row cannot cost the plan at its batch (a chain longer than the load's
-    curve reaches: no evidence to leave the plan for), or speculates and predicts the plan faster there. A row
-    of plain decoding that costed the plan plays plain decoding: the schedule chose it over every speculation
-    it could cost, the plan's included, or found none that pays with a margin (docs/planner-math.md section 11.5)."""
+    """The row's configuration, unless it speculates and predicts the plan faster at its batch. A row of plain
+    decoding plays plain decoding: the schedule chose it over every speculation it could cost, or found none that
+    pays with a margin. Where the plan itself cannot be costed at the batch (its verifies, one per request in
+    one forward, lie beyond the load's curve: chains of 63 at 4 requests), the row plays too: a shape whose
+    cost was measured rather than one whose forward no profile timed (docs/planner-math.md section 11.5)."""
     if row.plan_tokens_per_s == 0 and plan.stages and row.stages != plan.stages:
-        return LoadChoice(row.batch, False, None, f"{plan.summary()} (not costed at this load)")
+        choice = _choice(row.batch, row.stages, row.summary, plan, can_play)
+        return replace(choice, played=f"{choice.played} (the plan's own not costed at this load)")
     if row.stages and row.plan_tokens_per_s > row.tokens_per_s:
         return _choice(row.batch, plan.stages, plan.summary(), plan)
     return _choice(row.batch, row.stages, row.summary, plan, can_play)

@@ -83,7 +83,7 @@ def test_rows_become_choices_the_plans_engine_can_play():
     plan = Plan("", "", {}, "target", 0.0, chain("ngram-5", 6), None)
     choices = load_choices(plan, Schedule(rows, 8))
     assert [(c.batch, c.plain, c.gamma) for c in choices] == [(1, False, None), (2, False, 3), (4, False, None),
-                                                              (8, True, None), (16, False, None), (32, False, None),
+                                                              (8, True, None), (16, False, None), (32, True, None),
                                                               (64, True, None)]
     assert "needs another engine" in choices[2].played and "not costed" in choices[5].played
 
