@@ -5,7 +5,8 @@ Servers (``--servers``, comma-separated):
 
 - ``serve``: ``specplan serve PLAN --parallel C`` at concurrency C (the requests' rounds decoded together);
   ``serve-turns``: ``--parallel 1`` (one request at a time); ``serve-prediction``: ``serve`` with each edit
-  request sending the function it asks to edit as OpenAI's ``prediction`` (humaneval-edit only);
+  request sending the function it asks to edit as OpenAI's ``prediction`` (humaneval-edit only); ``serve-alt``:
+  ``serve`` of another checkout of specplan (``--alt-code DIR``: its ``PYTHONPATH``), to compare two versions;
 - ``llama-server``: plain decoding (``--spec-type none``); ``llama-server-draft``: its ``draft-simple`` with the
   profile's ``model:`` drafter at llama.cpp's defaults; ``llama-server-ngram``: ``ngram-simple`` at its defaults;
 - ``exported``: the command ``specplan export PLAN --engine llama.cpp`` prints, as printed (plus the address,
@@ -61,10 +62,12 @@ START = re.compile(r"at (http://\S+/v1);")
 class SpecplanServer:
     """``specplan serve PLAN`` on a free port, stopped by SIGTERM."""
 
-    def __init__(self, plan: Path, threads: int, parallel: int = 1):
+    def __init__(self, plan: Path, threads: int, parallel: int = 1, code: Path | None = None):
         command = [str(Path(sys.executable).parent / "specplan"), "serve", str(plan), "--port", "0",
                    "--threads", str(threads), "--queue", "64", "--parallel", str(parallel)]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        environment = {**os.environ, "PYTHONPATH": str(code)} if code is not None else None  # another checkout's specplan
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env=environment)
         line = self.process.stdout.readline()
         match = START.search(line)
         if match is None:
@@ -195,6 +198,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--servers", default="serve,llama-server")
     parser.add_argument("--out", type=Path, default=Path("/tmp/serve-http"))
+    parser.add_argument("--alt-code", type=Path,
+                        help="a second specplan checkout, served as `serve-alt` (two versions compared in one run)")
     parser.add_argument("--rounds", type=int, default=0,
                         help="interleave: start every server at once (frozen while another is measured) and send them the "
                              "prompts in this many chunks, each chunk to every server in turn (0: one server after another)")
@@ -233,7 +238,10 @@ def main() -> int:
 
 def start(name: str, args, plan, profile, target: Path, repack: bool, concurrency: int):
     if name.startswith("serve"):  # serve-turns: one request at a time whatever the concurrency
-        return SpecplanServer(args.plan, args.threads, 1 if name == "serve-turns" else concurrency)
+        if name == "serve-alt" and args.alt_code is None:
+            raise SystemExit("serve-alt serves another checkout: pass --alt-code DIR")
+        return SpecplanServer(args.plan, args.threads, 1 if name == "serve-turns" else concurrency,
+                              args.alt_code if name == "serve-alt" else None)
     return PeerServer(peer_arguments(name, args.plan, profile), target, args.threads, concurrency, repack)
 
 
