@@ -22,7 +22,8 @@ specplan with tokens it made before the clock starts (the decode rates of this s
 did). Per server and concurrency: the median of the per-request decode rates, the pooled decode rate,
 the end-to-end rate (all tokens over all the requests' latencies: prefill and first chunk included),
 TTFT and latency p50 / p95, aggregate tokens/s (all tokens over the wall time of the batch), and whether
-the greedy answers equal the same server's at concurrency 1. With ``--rounds R``
+the greedy answers equal the same server's at concurrency 1; for ``serve`` above concurrency 1 with ``--rounds``,
+``forward_share``: the share of the wall time its batched decodes took (``/metrics``). With ``--rounds R``
 the servers run side by side, every one frozen (SIGSTOP) but the one measured: the prompts go in R chunks, each chunk to every server
 in turn, so that the ratios come from one interleaved run (a shared machine's slow minutes fall on
 every server alike; separate runs of one server here move by about 4%).
@@ -44,6 +45,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -75,6 +77,12 @@ class SpecplanServer:
             raise SystemExit(f"specplan serve did not start: {line!r} {self.process.stderr.read()[-1000:]}")
         print("  " + line.strip(), flush=True)
         self.base_url = match.group(1)
+
+    def forward_seconds(self) -> float:
+        """Seconds the server's batched decodes have taken so far (``/metrics``; 0 without ``--parallel``)."""
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/metrics", timeout=30) as reply:
+            found = re.search(r"^specplan_batched_forward_seconds_total (\S+)$", reply.read().decode(), re.MULTILINE)
+        return float(found.group(1)) if found else 0.0
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -269,13 +277,17 @@ def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concur
         rows = {name: [] for name in names}
         walls = {name: 0.0 for name in names}
         chunks = {name: [] for name in names}
+        forwards = {name: 0.0 for name in names}  # a serve --parallel server's seconds in batched decodes
         for index, chunk in enumerate(np.array_split(np.arange(len(prompts)), args.rounds)):
             part = [prompts[i] for i in chunk]
             for name in (names if index % 2 == 0 else names[::-1]):
                 pause(servers[name], False)
+                served = isinstance(servers[name], SpecplanServer) and concurrency > 1 and name != "serve-turns"
+                before = servers[name].forward_seconds() if served else 0.0
                 try:
                     got, wall = measure(servers[name].base_url, part, args.max_tokens, concurrency,
                                         name == "serve-prediction")
+                    forwards[name] += servers[name].forward_seconds() - before if served else 0.0
                 finally:
                     pause(servers[name], True)
                 rows[name] += got
@@ -288,6 +300,8 @@ def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concur
     for name in names:
         results[f"{name}@{concurrency}"] = {"summary": summary(rows[name], walls[name]), "rows": rows[name],
                                            "chunks": chunks[name]}
+        if forwards[name]:  # the share of the wall time the decodes took; the rest is the host's (Python, HTTP)
+            results[f"{name}@{concurrency}"]["summary"]["forward_share"] = forwards[name] / walls[name]
         print(f"  {name}: " + json.dumps({k: round(v, 3) if isinstance(v, float) else v
                                          for k, v in results[f"{name}@{concurrency}"]["summary"].items()}), flush=True)
         print(f"  {name} aggregate per chunk: {', '.join(f'{value:.1f}' for value in chunks[name])}", flush=True)

@@ -46,6 +46,7 @@ class Batcher:
         self.owner = threading.get_ident()
         self.steps = 0  # batched decodes run
         self.extends = 0  # extends they carried
+        self.decode_seconds = 0.0  # wall time of those steps' decodes (the rest of a request's time is the host's)
 
     @contextmanager
     def request(self) -> Iterator[None]:
@@ -85,11 +86,13 @@ class Batcher:
             if not self._condition.wait_for(lambda: self._pending and not self._running, timeout):
                 return False
             pending, self._pending = self._pending, []
+        started = time.perf_counter()
         try:
             with self.cache_lock:
                 for shared in dict.fromkeys(context for context, _ in pending):
                     shared.decode_together([submission for context, submission in pending if context is shared])
         finally:
+            self.decode_seconds += time.perf_counter() - started
             with self._condition:
                 for _, submission in pending:  # running from here: the next step waits for its next extend
                     submission.done = True

@@ -118,12 +118,17 @@ class LoadSchedule:
         return "; ".join(f"{choice.batch} at once: {choice.played}" for choice in self.choices)
 
 
+EVERY_LOAD_UP_TO = 8  # up to this many sequences the schedule has a row for every load; beyond, for 2, 4, 8, ...
+
+
 def serving_schedule(plan: Plan, profile: Profile, parallel: int) -> Schedule | None:
     """The schedule ``parallel`` sequences decoded together play by load (``serve --parallel``, ``run --batch``):
-    the plan's own where it has one, else solved now from the profile at 2, 4, 8, ... and ``parallel``
-    sequences among what the plan's engine can play (plain decoding, the plan, its chain at another length:
-    :func:`~specplan.planner.schedule.playable_schedule`; on llama.cpp ``T(n, b) = T(b n)``, docs/planner-math.md
-    section 11.5). None for ``parallel`` 1."""
+    the plan's own where it has one, else solved now from the profile among what the plan's engine can play
+    (plain decoding, the plan, its chain at another length: :func:`~specplan.planner.schedule.playable_schedule`;
+    on llama.cpp ``T(n, b) = T(b n)``, docs/planner-math.md section 11.5), at every load from 1 to ``parallel``
+    (up to ``EVERY_LOAD_UP_TO``; beyond, at 2, 4, 8, ... and ``parallel``). A load between two rows plays the
+    lower row, whose chains were costed for fewer requests: 3 requests on rows of 2 and 4 would verify three of
+    the 2-request row's chains of 63 together. None for ``parallel`` 1."""
     from specplan.planner.batch import seen_batches
     from specplan.planner.schedule import playable_schedule
 
@@ -131,7 +136,10 @@ def serving_schedule(plan: Plan, profile: Profile, parallel: int) -> Schedule | 
         return None
     if plan.schedule is not None:
         return plan.schedule
-    wanted = {1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}
+    if parallel <= EVERY_LOAD_UP_TO:
+        wanted = set(range(1, parallel + 1))
+    else:
+        wanted = {1, parallel} | {1 << k for k in range(1, parallel.bit_length()) if 1 << k <= parallel}
     return playable_schedule(plan, profile, seen_batches(profile, tuple(wanted)))  # a larger load plays the last row
 
 

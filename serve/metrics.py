@@ -4,6 +4,8 @@ per server so that nothing else in the process adds to it."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 
 class ServeMetrics:
@@ -24,6 +26,10 @@ class ServeMetrics:
         self.active = Gauge("specplan_active_requests", "requests being decoded", registry=registry)
         self.queued = Gauge("specplan_queued_requests", "requests waiting for the decoder", registry=registry)
 
+    def watch(self, batcher) -> None:
+        """Export ``batcher``'s steps (``serve --parallel N``: runtime/batcher.py) as counters."""
+        self.registry.register(_BatcherCollector(batcher))
+
     def record(self, result, prompt_tokens: int) -> None:
         """Add one finished generation (a GenerationResult) to the counters."""
         self.prompt_tokens.inc(prompt_tokens)
@@ -38,3 +44,20 @@ class ServeMetrics:
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _BatcherCollector(Collector):
+    """The batched forwards of requests decoded together and the seconds their decodes took: against the wall
+    time, the share the host (drafting, verifying, streaming, waiting for a slow request's thread) leaves the
+    machine's cores idle."""
+
+    def __init__(self, batcher):
+        self.batcher = batcher
+
+    def collect(self):
+        steps = CounterMetricFamily("specplan_batched_forwards", "batched decodes of the requests in flight (steps)")
+        steps.add_metric([], self.batcher.steps)
+        seconds = CounterMetricFamily("specplan_batched_forward_seconds", "seconds those decodes took")
+        seconds.add_metric([], self.batcher.decode_seconds)
+        yield steps
+        yield seconds

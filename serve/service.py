@@ -62,6 +62,8 @@ class Service:
         self.load = self._load_schedule(engines, batcher)
         for engine in engines:
             engine.load = self.load
+        if batcher is not None:
+            self.metrics.watch(batcher)
         self.worker = Worker(runner, self.metrics, settings.queue_size, self._engine_for, engines, batcher)
         self.context = runner.runtime_backend.context(runner.target)
         self.created = int(time.time())

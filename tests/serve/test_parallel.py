@@ -59,6 +59,9 @@ def test_requests_decoded_together_answer_as_one_at_a_time(parallel_server, fast
     assert "by load: 1 at once: " in parallel_server.line and "; 2 at once: " in parallel_server.line
     client = openai.OpenAI(base_url=parallel_server.base_url, api_key="unused", max_retries=0, timeout=300)
     alone = {prompt: answer(client, prompt) for prompt in PROMPTS}
+    steps, seconds = (metric(parallel_server.root, name) for name in
+                      ("specplan_batched_forwards_total", "specplan_batched_forward_seconds_total"))
+    assert steps > 0 and seconds > 0  # every decode of a --parallel server is a batcher's step
     requests = PROMPTS * 2  # 6 requests, 2 slots
     together: dict[int, str] = {}
     errors: list[Exception] = []
@@ -143,8 +146,8 @@ def test_a_tree_with_more_paths_than_a_slot_holds_is_refused_at_start(fast_plan)
 
 
 def test_a_server_schedules_by_load_from_the_plan_or_its_profile(fast_plan):
-    """No schedule for one request at a time; 2, 4, ... and N requests solved from the profile when the
-    plan has none; the plan's own schedule where it has one."""
+    """No schedule for one request at a time; every load up to N (up to 8; beyond, 2, 4, ... and N) solved
+    from the profile when the plan has none; the plan's own schedule where it has one."""
     from dataclasses import replace
 
     from specplan.runtime.load_schedule import serving_schedule
@@ -154,8 +157,9 @@ def test_a_server_schedules_by_load_from_the_plan_or_its_profile(fast_plan):
     assert serving_schedule(plan, profile, 1) is None
     assert [row.batch for row in serving_schedule(plan, profile, 3).rows] == [1, 2, 3]
     schedule = serving_schedule(plan, profile, 4)
-    assert [row.batch for row in schedule.rows] == [1, 2, 4]
+    assert [row.batch for row in schedule.rows] == [1, 2, 3, 4]
     assert serving_schedule(replace(plan, schedule=schedule), profile, 8) is schedule
+    assert [row.batch for row in serving_schedule(plan, profile, 12).rows] == [1, 2, 4, 8, 12]
     widest = max(max(curve.n) for curve in profile.target.latency)
     beyond = [row.batch for row in serving_schedule(plan, profile, 2 * widest).rows]
     assert max(beyond) <= widest and beyond[0] == 1  # loads beyond the curve play the last row it reaches
