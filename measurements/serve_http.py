@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -171,8 +172,13 @@ def one_request(base_url: str, prompt, max_tokens: int, prediction: bool) -> dic
             "accepted_prediction": getattr(details, "accepted_prediction_tokens", None) or 0}
 
 
-def measure(base_url: str, prompts, max_tokens: int, concurrency: int, prediction: bool) -> tuple[list[dict], float]:
+def measure(base_url: str, prompts, max_tokens: int, concurrency: int, prediction: bool,
+            started: Callable[[], None] | None = None) -> tuple[list[dict], float]:
+    """Every prompt's request, ``concurrency`` at a time, after an uncounted warm-up request; ``started()`` runs
+    between the two. The rows and the wall time of the counted requests."""
     one_request(base_url, prompts[0], 8, False)  # warm-up, not counted
+    if started is not None:
+        started()
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         rows = list(pool.map(lambda prompt: one_request(base_url, prompt, max_tokens, prediction), prompts))
@@ -283,11 +289,12 @@ def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concur
             for name in (names if index % 2 == 0 else names[::-1]):
                 pause(servers[name], False)
                 served = isinstance(servers[name], SpecplanServer) and concurrency > 1 and name != "serve-turns"
-                before = servers[name].forward_seconds() if served else 0.0
+                before = []  # the decode seconds after the warm-up request
                 try:
                     got, wall = measure(servers[name].base_url, part, args.max_tokens, concurrency,
-                                        name == "serve-prediction")
-                    forwards[name] += servers[name].forward_seconds() - before if served else 0.0
+                                        name == "serve-prediction",
+                                        (lambda: before.append(servers[name].forward_seconds())) if served else None)
+                    forwards[name] += servers[name].forward_seconds() - before[0] if served else 0.0
                 finally:
                     pause(servers[name], True)
                 rows[name] += got
