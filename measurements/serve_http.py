@@ -288,7 +288,7 @@ def interleaved(args, plan, profile, prompts, target: Path, repack: bool, concur
             part = [prompts[i] for i in chunk]
             for name in (names if index % 2 == 0 else names[::-1]):
                 pause(servers[name], False)
-                served = isinstance(servers[name], SpecplanServer) and concurrency > 1 and name != "serve-turns"
+                served = isinstance(servers[name], SpecplanServer)  # its forward_seconds() stay 0 without --parallel
                 before = []  # the decode seconds after the warm-up request
                 try:
                     got, wall = measure(servers[name].base_url, part, args.max_tokens, concurrency,
